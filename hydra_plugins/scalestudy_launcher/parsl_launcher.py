@@ -1,0 +1,36 @@
+"""Registers ``hydra/launcher=parsl`` with Hydra; the launcher lives in ``orchestrator``.
+
+``hydra_plugins`` is a namespace package (no ``__init__.py`` at its top): Hydra
+imports every module under it at start-up, which stores the config node below.
+Hydra instantiates only plugin classes defined under ``hydra_plugins``, hence the
+empty subclass; all behaviour stays in ``orchestrator.launcher``.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from orchestrator import launcher as _launcher
+
+
+class ParslLauncher(_launcher.ParslLauncher):
+    """Hydra's handle on ``orchestrator.launcher.ParslLauncher``."""
+
+
+@dataclass
+class ParslLauncherConf:
+    _target_: str = "hydra_plugins.scalestudy_launcher.parsl_launcher.ParslLauncher"
+    # site_configs/<site>.yaml, or a path to a site file
+    site: str = "local"
+    # per-job allocation; may interpolate the job's own keys, e.g. ${nodes}
+    num_nodes: Any = 1
+    ranks_per_node: Any = 1
+    # extra flags for the MPI launcher (e.g. --mpi=pmi2 for srun)
+    launcher_options: str = ""
+    # dotted path to a class told about the sweep (see orchestrator.launcher.SweepObserver)
+    observer: Optional[str] = None
+    poll_seconds: float = 0.5
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="parsl", node=ParslLauncherConf, provider="scalestudy")

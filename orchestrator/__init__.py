@@ -1,0 +1,1 @@
+"""The login-node side of scalestudy: CLI, Hydra app, sweep launching and state."""

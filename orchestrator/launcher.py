@@ -1,0 +1,224 @@
+"""``hydra/launcher=parsl``: every Hydra job of a sweep becomes one Parsl task.
+
+Each task is sized from its own job config (``num_nodes`` and ``ranks_per_node``,
+which scalestudy's config interpolates from ``nodes`` and ``workers_per_node``), so
+one sweep can mix node counts. The task runs Hydra's ``run_job`` on a Parsl worker
+with ``$PARSL_MPI_PREFIX`` set for exactly that allocation.
+
+The launcher itself knows nothing about studies or databases: an optional observer
+(a class named in the launcher config) is told about the sweep before anything is
+submitted, while it runs and as each job ends. scalestudy's observer validates,
+records state and ingests results there; any other Hydra app can use the launcher
+without one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
+
+import cloudpickle
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+SKIPPED = "skipped"
+
+
+@dataclass
+class SweepJob:
+    """One Hydra job of a sweep, as the launcher and its observer see it."""
+
+    idx: int
+    overrides: list[str]
+    config: DictConfig
+    output_dir: Path
+    num_nodes: int = 1
+    ranks_per_node: int = 1
+
+
+class SweepObserver(Protocol):
+    def before_submit(self, jobs: Sequence[SweepJob]) -> Sequence[bool]:
+        """Validate and record the sweep; return which jobs to run. Raising stops the sweep."""
+
+    def on_poll(self, running: Sequence[SweepJob]) -> None:
+        """Called about every ``poll_seconds`` while jobs run."""
+
+    def on_job_end(self, job: SweepJob, result: JobReturn) -> None:
+        """Called in this process as each job ends, in completion order."""
+
+    def close(self, results: Sequence[JobReturn]) -> None:
+        """Called once all jobs ended (or the sweep was interrupted)."""
+
+
+def _run_hydra_job(payload: bytes, parsl_resource_specification: Optional[dict] = None) -> bytes:
+    """Runs on a Parsl worker: Hydra's ``run_job`` for one job config.
+
+    Parsl reads ``parsl_resource_specification`` (the MPI allocation) from the call;
+    the job sees its effect as ``$PARSL_MPI_PREFIX``.
+    """
+    hydra_context, config, task_function, singleton_state = cloudpickle.loads(payload)
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    HydraConfig.instance().set_config(config)
+    old_cwd = os.getcwd()
+    origin = OmegaConf.select(config, "hydra.runtime.cwd")
+    if origin and os.path.isdir(origin):  # run where the user launched from, as Hydra's basic launcher does
+        os.chdir(origin)
+    try:
+        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    finally:
+        os.chdir(old_cwd)
+    return cloudpickle.dumps(ret)
+
+
+def _positive_int(value: Any, what: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"hydra.launcher.{what}={value!r}: expected an integer >= 1")
+    return number
+
+
+class ParslLauncher(Launcher):
+    def __init__(self, site: str = "local", num_nodes: Any = 1, ranks_per_node: Any = 1,
+                 launcher_options: str = "", observer: Optional[str] = None, poll_seconds: float = 0.5) -> None:
+        self.site = site
+        self.launcher_options = launcher_options
+        self.observer_path = observer
+        self.poll_seconds = poll_seconds
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    # -- planning ---------------------------------------------------------------------
+
+    def _plan(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path) -> list[SweepJob]:
+        assert self.hydra_context is not None and self.config is not None
+        jobs = []
+        for offset, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + offset
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config):
+                config.hydra.job.id = idx
+                config.hydra.job.num = idx
+                config.hydra.sweep.dir = str(sweep_dir)
+            HydraConfig.instance().set_config(config)
+            subdir = str(OmegaConf.select(config, "hydra.sweep.subdir"))
+            jobs.append(SweepJob(idx=idx, overrides=list(overrides), config=config, output_dir=sweep_dir / subdir))
+        return jobs
+
+    def _size(self, job: SweepJob) -> None:
+        job.num_nodes = _positive_int(OmegaConf.select(job.config, "hydra.launcher.num_nodes"), "num_nodes")
+        job.ranks_per_node = _positive_int(OmegaConf.select(job.config, "hydra.launcher.ranks_per_node"), "ranks_per_node")
+
+    def _make_observer(self) -> Optional[SweepObserver]:
+        if not self.observer_path:
+            return None
+        return get_class(self.observer_path)(self.config)
+
+    # -- launching --------------------------------------------------------------------
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import parsl
+        from parsl.app.python import PythonApp
+
+        from .parsl_config import build_parsl_config
+        from .sites import load_site
+
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+
+        jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
+        observer = self._make_observer()
+        submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
+        for job, go in zip(jobs, submit):
+            if go:
+                self._size(job)
+        site = load_site(self.site)
+        to_run = [j for j, go in zip(jobs, submit) if go]
+        results: dict[int, JobReturn] = {j.idx: self._skipped_return(j) for j, go in zip(jobs, submit) if not go}
+        if not to_run:
+            log.info("Nothing to launch: all %d jobs are already done", len(jobs))
+            if observer:
+                observer.close([results[j.idx] for j in jobs])
+            return [results[j.idx] for j in jobs]
+
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info("Launching %d jobs on site %s through Parsl (%s)", len(to_run), site.name, site.mpi_launcher)
+        for job in to_run:
+            log.info("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
+                     job.num_nodes, job.ranks_per_node)
+
+        dfk = parsl.load(build_parsl_config(site, sweep_dir / ".parsl"))
+        try:
+            app = PythonApp(_run_hydra_job, data_flow_kernel=dfk, executors=[site.name])
+            singleton_state = Singleton.get_state()
+            futures: dict[concurrent.futures.Future, SweepJob] = {}
+            for job in to_run:
+                payload = cloudpickle.dumps((self.hydra_context, job.config, self.task_function, singleton_state))
+                spec = {"num_nodes": job.num_nodes, "ranks_per_node": job.ranks_per_node}
+                if self.launcher_options:
+                    spec["launcher_options"] = self.launcher_options
+                futures[app(payload, parsl_resource_specification=spec)] = job
+            pending = set(futures)
+            while pending:
+                done, pending = concurrent.futures.wait(pending, timeout=self.poll_seconds,
+                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in done:
+                    job = futures[fut]
+                    results[job.idx] = self._job_return(job, fut)
+                    if observer:
+                        observer.on_job_end(job, results[job.idx])
+                if observer and pending:
+                    observer.on_poll([futures[f] for f in pending])
+        except BaseException:
+            if observer:
+                observer.close([results[j.idx] for j in jobs if j.idx in results])
+                observer = None
+            raise
+        finally:
+            dfk.cleanup()
+            parsl.clear()
+        ordered = [results[j.idx] for j in jobs]
+        if observer:
+            observer.close(ordered)
+        return ordered
+
+    def _job_return(self, job: SweepJob, fut: concurrent.futures.Future) -> JobReturn:
+        try:
+            return cloudpickle.loads(fut.result())
+        except Exception as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
+            ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
+                            task_name=str(OmegaConf.select(job.config, "hydra.job.name")),
+                            status=JobStatus.FAILED)
+            ret._return_value = exc
+            return ret
+
+    @staticmethod
+    def _skipped_return(job: SweepJob) -> JobReturn:
+        ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
+                        task_name=str(OmegaConf.select(job.config, "hydra.job.name")), status=JobStatus.COMPLETED)
+        ret._return_value = SKIPPED
+        return ret

@@ -1,0 +1,113 @@
+"""From a Hydra job config to a validated ``RunSpec`` and its ``run_key``.
+
+Validation happens here, in the orchestrator, for every job of a sweep before the
+first one is submitted: a bad value anywhere stops the whole sweep with one line
+that names the field and the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from workloads.registry import ALGORITHMS, DATASETS, MODELS
+from workloads.spec import RunSpec
+
+from .errors import ConfigError
+from .sites import SiteConfig, load_site
+
+# Fields that describe the experiment; run_key hashes exactly these.
+SEMANTIC_FIELDS = (
+    "site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
+    "model", "dataset", "epochs", "steps_per_epoch", "lr", "momentum", "seed",
+)
+
+
+def _int(field: str, value: Any, minimum: int = 1, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, value, f"expected an integer >= {minimum}")
+    if value < minimum:
+        raise ConfigError(field, value, f"must be >= {minimum}")
+    return value
+
+
+def _float(field: str, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(field, value, "expected a finite number")
+    if value < minimum or (strict and value == minimum):
+        raise ConfigError(field, value, f"must be {'>' if strict else '>='} {minimum}")
+    return float(value)
+
+
+def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(field, value, f"unknown {field}; known: {', '.join(choices)}")
+    return value
+
+
+def _name(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or not all(c.isalnum() or c in "-_." for c in value):
+        raise ConfigError(field, value, "expected a name of letters, digits, '-', '_' or '.'")
+    return value
+
+
+def _plain(cfg: DictConfig) -> dict[str, Any]:
+    """The job's own keys, resolved (the ``hydra`` node is left out: it needs a live job)."""
+    out: dict[str, Any] = {}
+    for key in cfg.keys():
+        if key == "hydra":
+            continue
+        try:
+            value = cfg[key]
+        except MissingMandatoryValue:
+            raise ConfigError(str(key), "???", "is required (set it on the command line or in the study)") from None
+        except OmegaConfBaseException as exc:
+            raise ConfigError(str(key), OmegaConf.to_container(cfg, resolve=False)[key], str(exc).splitlines()[0]) from None
+        out[str(key)] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return out
+
+
+def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None = None) -> RunSpec:
+    """Validate one job's config and return its spec; raises ``ConfigError``."""
+    c = _plain(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    site = site or load_site(c.get("site"))
+    nodes = _int("nodes", c.get("nodes"))
+    if nodes > site.max_nodes:
+        raise ConfigError("nodes", nodes, f"site {site.name} allows at most {site.max_nodes} nodes per run")
+    workers = _int("workers_per_node", c.get("workers_per_node"))
+    threads = _int("threads_per_node", c.get("threads_per_node"))
+    if threads % workers:
+        raise ConfigError(
+            "threads_per_node", threads,
+            f"must be a whole multiple of workers_per_node={workers} (each worker gets threads_per_node / workers_per_node threads)",
+        )
+    return RunSpec(
+        study=_name("study_name", c.get("study_name")),
+        site=site.name,
+        nodes=nodes,
+        workers_per_node=workers,
+        threads_per_node=threads,
+        batch_size=_int("batch_size", c.get("batch_size")),
+        algorithm=_choice("algorithm", c.get("algorithm"), ALGORITHMS),
+        model=_choice("model", c.get("model"), MODELS),
+        dataset=_choice("dataset", c.get("dataset"), DATASETS),
+        epochs=_int("epochs", c.get("epochs")),
+        steps_per_epoch=_int("steps_per_epoch", c.get("steps_per_epoch"), optional=True),
+        lr=_float("lr", c.get("lr")),
+        momentum=_float("momentum", c.get("momentum"), strict=False),
+        seed=_int("seed", c.get("seed"), minimum=0),
+    )
+
+
+def run_key(spec: RunSpec) -> str:
+    """Stable identity of a run: same semantic config, same key (paths and times excluded)."""
+    semantic = {name: getattr(spec, name) for name in SEMANTIC_FIELDS}
+    blob = json.dumps(semantic, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

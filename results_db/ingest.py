@@ -1,0 +1,101 @@
+"""Ingest a finished run's metrics files: batched, one transaction, idempotent.
+
+The files are the contract with the workload (``workloads/metrics.py``): one JSON
+object per line with ``type`` and ``schema``. An unknown schema version is refused
+with a clear error rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlalchemy import Engine, insert
+from sqlalchemy.orm import Session
+
+from .schema import Eval, RankSummary, Run, Step, utcnow
+
+SUPPORTED_SCHEMAS = (1,)
+BATCH_ROWS = 5000
+_STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "loss")
+_EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
+
+
+class IngestError(ValueError):
+    """The metrics of a run cannot be read as the contract says."""
+
+
+def _records(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise IngestError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if rec.get("schema") not in SUPPORTED_SCHEMAS:
+                raise IngestError(
+                    f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
+                    f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy"
+                )
+            yield rec
+
+
+def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
+    """Load ``run_dir``'s metrics into run ``run_id``; False if it was ingested already."""
+    run_dir = Path(run_dir)
+    result_path = run_dir / "result.json"
+    if not result_path.is_file():
+        raise IngestError(f"{run_dir}: no result.json, the run did not finish")
+    result = json.loads(result_path.read_text())
+    if result.get("schema") not in SUPPORTED_SCHEMAS:
+        raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported")
+    rank_files = sorted((run_dir / "metrics").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    if not rank_files:
+        raise IngestError(f"{run_dir}/metrics: no rank-*.jsonl files")
+
+    with Session(engine) as session, session.begin():
+        run = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
+        if run is None:
+            raise IngestError(f"run id {run_id} is not in the database")
+        if run.ingested_at is not None:
+            return False
+        hosts: list[str] = []
+        versions: dict[str, Any] | None = None
+        steps: list[dict[str, Any]] = []
+        for path in rank_files:
+            rank = int(path.stem.split("-")[1])
+            start: dict[str, Any] = {}
+            end: dict[str, Any] = {}
+            for rec in _records(path):
+                kind = rec["type"]
+                if kind == "step":
+                    steps.append({"run_id": run_id, "rank": rank, **{k: rec.get(k) for k in _STEP_FIELDS}})
+                    if len(steps) >= BATCH_ROWS:
+                        session.execute(insert(Step), steps)
+                        steps = []
+                elif kind == "eval":
+                    session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
+                elif kind == "run_start":
+                    start = rec
+                elif kind == "run_end":
+                    end = rec
+            host = start.get("host", "?")
+            if host not in hosts:
+                hosts.append(host)
+            versions = versions or start.get("versions")
+            session.execute(insert(RankSummary), [{
+                "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
+                "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
+            }])
+        if steps:
+            session.execute(insert(Step), steps)
+        run.hosts = ",".join(hosts)
+        run.versions = versions
+        for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss"):
+            setattr(run, name, result.get(name))
+        run.status = "done" if result.get("status") == "done" else "failed"
+        run.finished_at = run.ingested_at = utcnow()
+    return True

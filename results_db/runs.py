@@ -1,0 +1,94 @@
+"""The life cycle of a run row: planned, running, done or failed.
+
+A run is identified by (study, run_key). Registering a sweep is idempotent: a run
+already ``done`` is reported as skipped unless a rerun is forced, a ``failed`` or
+interrupted one is planned again, so two sweeps of one study never duplicate rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.orm import Session
+
+from .schema import Eval, RankSummary, Run, Step, Study, utcnow
+
+_SPEC_COLUMNS = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
+                 "model", "dataset", "epochs", "lr", "seed")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    run_key: str
+    spec: dict[str, Any]
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class RunDecision:
+    run_id: int
+    run_key: str
+    submit: bool
+    previous_status: str | None
+
+
+def get_or_create_study(session: Session, name: str) -> Study:
+    study = session.scalars(select(Study).where(Study.name == name)).one_or_none()
+    if study is None:
+        study = Study(name=name)
+        session.add(study)
+        session.flush()
+    return study
+
+
+def _clear_measurements(session: Session, run_id: int) -> None:
+    for table in (Step, Eval, RankSummary):
+        session.execute(delete(table).where(table.run_id == run_id))
+
+
+def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun], rerun: bool = False) -> list[RunDecision]:
+    """Record every planned run as pending (or skip it when already done)."""
+    decisions: list[RunDecision] = []
+    with Session(engine) as session, session.begin():
+        study = get_or_create_study(session, study_name)
+        for p in planned:
+            run = session.scalars(select(Run).where(Run.study_id == study.id, Run.run_key == p.run_key)).one_or_none()
+            previous = run.status if run else None
+            if run is not None and run.status == "done" and not rerun:
+                decisions.append(RunDecision(run.id, p.run_key, False, previous))
+                continue
+            if run is None:
+                run = Run(study_id=study.id, run_key=p.run_key)
+                session.add(run)
+            else:
+                _clear_measurements(session, run.id)
+            spec = p.spec
+            for name in _SPEC_COLUMNS:
+                setattr(run, name, spec[name])
+            run.world_size = spec["nodes"] * spec["workers_per_node"]
+            run.global_batch_size = spec["batch_size"] * run.world_size
+            run.spec = spec
+            run.run_dir = p.run_dir
+            run.status = "pending"
+            run.error = run.job_id = run.hosts = run.versions = None
+            run.throughput = run.train_seconds = run.wall_seconds = run.final_top1 = run.final_loss = None
+            run.steps = None
+            run.started_at = run.finished_at = run.ingested_at = None
+            session.flush()
+            decisions.append(RunDecision(run.id, p.run_key, True, previous))
+    return decisions
+
+
+def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:
+    with Session(engine) as session, session.begin():
+        for run in session.scalars(select(Run).where(Run.id.in_(list(run_ids)))):
+            if run.status == "pending":
+                run.status, run.started_at = "running", utcnow()
+
+
+def mark_failed(engine: Engine, run_id: int, error: str) -> None:
+    with Session(engine) as session, session.begin():
+        run = session.get(Run, run_id)
+        run.status, run.error, run.finished_at = "failed", error[-4000:], utcnow()

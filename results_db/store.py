@@ -1,0 +1,53 @@
+"""Where the database is and how to open it.
+
+SQLite in WAL mode is the embedded default (a file in the working directory), so a
+sweep's writes do not block a ``scalestudy status`` reading at the same time; any
+SQLAlchemy URL (e.g. ``postgresql+psycopg://…``) selects another server.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from .schema import Base
+
+DB_URL_ENV = "SCALESTUDY_DB_URL"
+DEFAULT_DB_FILE = "scalestudy.db"
+
+
+def resolve_db_url(url: str | None = None) -> str:
+    """Explicit URL, else $SCALESTUDY_DB_URL, else ``scalestudy.db`` in the working directory."""
+    if url:
+        return str(url)
+    if os.environ.get(DB_URL_ENV):
+        return os.environ[DB_URL_ENV]
+    return f"sqlite:///{Path.cwd() / DEFAULT_DB_FILE}"
+
+
+def safe_url(url: str) -> str:
+    """The URL as it may appear in messages: never with its password."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercised through connect()
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def connect(url: str | None = None, create: bool = True) -> Engine:
+    """An engine for the results database, creating the schema if asked."""
+    resolved = resolve_db_url(url)
+    engine = create_engine(resolved, future=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    if create:
+        Base.metadata.create_all(engine)
+    return engine

@@ -1,0 +1,1 @@
+"""Site descriptions (one YAML per machine); data, not code. See template.yaml."""

@@ -1,0 +1,38 @@
+"""``mpiexec -n N python -m workloads <spec.json> [--run-dir DIR]``"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__)
+    parser.add_argument("spec", type=Path, help="run spec (JSON) written by the orchestrator")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="where metrics/ and result.json go (default: the spec's folder)")
+    args = parser.parse_args(argv)
+
+    from mpi4py import MPI
+
+    from .spec import RunSpec
+    from .train import train
+
+    comm = MPI.COMM_WORLD
+    try:
+        spec = RunSpec.load(args.spec)
+        train(spec, args.run_dir or args.spec.parent, comm)
+    except Exception as exc:  # one rank failing must not leave the others blocked in a collective
+        print(f"workloads: rank {comm.Get_rank()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        traceback.print_exc()
+        sys.stderr.flush()
+        if comm.Get_size() > 1:
+            comm.Abort(1)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Writers for the metrics contract (schema 1) that results_db ingests.
+
+One JSON object per line per rank in ``<run_dir>/metrics/rank-<r>.jsonl``; rank 0
+writes ``result.json`` last, atomically, so its presence means the run finished.
+Lines are buffered and flushed at epoch boundaries: writing to a parallel file
+system on every step would perturb what is being measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+METRICS_SCHEMA = 1
+RESULT_FILE = "result.json"
+METRICS_DIR = "metrics"
+
+
+def rank_file(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / METRICS_DIR / f"rank-{rank}.jsonl"
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: str | Path, rank: int) -> None:
+        path = rank_file(run_dir, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "w", buffering=1 << 16)
+
+    def _write(self, kind: str, fields: dict[str, Any]) -> None:
+        record = {"type": kind, "schema": METRICS_SCHEMA, **fields}
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def run_start(self, **fields: Any) -> None:
+        self._write("run_start", fields)
+        self.flush()
+
+    def step(self, **fields: Any) -> None:
+        self._write("step", fields)
+
+    def event(self, **fields: Any) -> None:
+        self._write("event", fields)
+
+    def eval(self, **fields: Any) -> None:
+        self._write("eval", fields)
+        self.flush()
+
+    def run_end(self, **fields: Any) -> None:
+        self._write("run_end", fields)
+        self.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+def write_result(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    """Write the run summary atomically: readers never see a half-written file."""
+    path = Path(run_dir) / RESULT_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"schema": METRICS_SCHEMA, **summary}, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,165 @@
+"""The data-parallel training loop and its measurements.
+
+Each step is timed in phases (data, forward, backward, comm_wait, update) on a clock
+aligned to rank 0, so that per-rank step records can be compared across nodes.
+Throughput counts global samples over the slowest rank's training time: in
+synchronous training the slowest rank is the speed of the job.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mpi4py
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+
+from .algorithms import build_gradient_sync
+from .clock import AlignedClock, estimate_offset_to_root
+from .data import Dataset, GlobalBatchSampler, load_dataset, shard
+from .metrics import MetricsWriter, write_result
+from .models import build_model
+from .spec import RunSpec
+
+
+@dataclass
+class TrainOutcome:
+    """What one rank knows at the end; rank 0's copy is the run summary."""
+
+    summary: dict[str, Any]
+    final_state: dict[str, torch.Tensor]
+
+
+def configure_threads(spec: RunSpec) -> int:
+    """Give each rank its share of the node's threads (threads_per_node / workers_per_node)."""
+    threads = spec.threads_per_worker
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def library_versions() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "mpi4py": mpi4py.__version__,
+        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
+        "numpy": np.__version__,
+    }
+
+
+def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm) -> tuple[float, float]:
+    """Top-1 accuracy and mean loss on the test set, sharded over ranks and summed."""
+    part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
+    model.eval()
+    with torch.no_grad():
+        logits = model(data.x_test[part])
+        loss_sum = F.cross_entropy(logits, data.y_test[part], reduction="sum").item()
+        correct = (logits.argmax(dim=1) == data.y_test[part]).sum().item()
+    model.train()
+    totals = np.array([correct, loss_sum, len(data.x_test[part])], dtype=np.float64)
+    comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+
+def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -> TrainOutcome:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size != spec.world_size:
+        raise RuntimeError(
+            f"MPI world size is {size} but the spec asks for nodes={spec.nodes} x workers_per_node="
+            f"{spec.workers_per_node} = {spec.world_size} ranks (is the launcher starting one MPI job?)"
+        )
+    threads = configure_threads(spec)
+    clock = AlignedClock(estimate_offset_to_root(comm))
+    writer = MetricsWriter(run_dir, rank)
+    writer.run_start(
+        spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
+        threads=threads, clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
+    )
+    try:
+        outcome = _train_loop(spec, comm, clock, writer)
+    except BaseException as exc:
+        writer.run_end(status="failed", error=f"{type(exc).__name__}: {exc}", t=clock.now())
+        writer.close()
+        raise
+    writer.run_end(status="done", t=clock.now(), summary=outcome.summary["rank_summary"])
+    writer.close()
+    comm.Barrier()
+    if rank == 0:
+        write_result(run_dir, {k: v for k, v in outcome.summary.items() if k != "rank_summary"})
+    return outcome
+
+
+def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    data = load_dataset(spec.dataset)
+    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed)
+    engine = build_gradient_sync(spec.algorithm, model, comm)
+    engine.broadcast_parameters()
+    optimizer = torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum)
+    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
+
+    phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
+    step = samples_seen = 0
+    train_seconds = 0.0
+    last_top1 = last_loss = float("nan")
+    comm.Barrier()
+    wall_start = time.perf_counter()
+    try:
+        for epoch in range(spec.epochs):
+            epoch_start = time.perf_counter()
+            for idx in sampler.epoch(epoch):
+                t_start = clock.now()
+                t0 = time.perf_counter()
+                x, y = data.x_train[idx], data.y_train[idx]
+                t1 = time.perf_counter()
+                optimizer.zero_grad(set_to_none=False)
+                loss = F.cross_entropy(model(x), y)
+                t2 = time.perf_counter()
+                loss.backward()
+                t3 = time.perf_counter()
+                engine.synchronize()
+                t4 = time.perf_counter()
+                optimizer.step()
+                t5 = time.perf_counter()
+                samples_seen += sampler.global_batch_size
+                timings = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "comm_wait": t4 - t3, "update": t5 - t4}
+                for k, v in timings.items():
+                    phases[k] += v
+                writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
+                step += 1
+            train_seconds += time.perf_counter() - epoch_start
+            last_top1, last_loss = evaluate(model, data, comm)
+            if rank == 0:
+                writer.eval(epoch=epoch, wall=time.perf_counter() - wall_start, top1=last_top1, loss=last_loss,
+                            samples_seen=samples_seen)
+    finally:
+        engine.close()
+
+    slowest = comm.allreduce(train_seconds, op=MPI.MAX)
+    rank_summary = {"steps": step, "train_seconds": train_seconds,
+                    **{f"{k}_seconds": v for k, v in phases.items()}}
+    summary = {
+        "status": "done",
+        "world_size": size,
+        "steps": step,
+        "epochs": spec.epochs,
+        "global_batch_size": sampler.global_batch_size,
+        "samples": samples_seen,
+        "train_seconds": slowest,
+        "wall_seconds": time.perf_counter() - wall_start,
+        "throughput": samples_seen / slowest if slowest > 0 else float("nan"),
+        "final_top1": last_top1,
+        "final_loss": last_loss,
+        "rank_summary": rank_summary,
+    }
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return TrainOutcome(summary=summary, final_state=state)
