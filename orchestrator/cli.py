@@ -7,6 +7,7 @@ a sweep); the other commands read the results database.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -20,9 +21,34 @@ commands:
 """
 
 
-def _sweep(argv: Sequence[str]) -> int:
-    from .app import sweep_job
+def _one_line(exc: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line messages, folded to the line a user needs."""
+    from hydra.errors import MissingConfigException
 
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
+        group, _, name = exc.missing_cfg_file.rpartition("/")
+        known = ", ".join(exc.options or [])
+        return f"invalid config: {group}={name!r}: unknown {group}" + (f"; known: {known}" if known else "")
+    lines = []
+    for line in str(exc).strip().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("full_key:", "object_type=", "Config search path")):
+            break
+        lines.append(line)
+    return " ".join(lines) or type(exc).__name__
+
+
+def _sweep(argv: Sequence[str]) -> int:
+    """Hydra multirun of the app. Errors come back here (not to Hydra's reporter) so
+    that each is one line; set HYDRA_FULL_ERROR=1 for Hydra's full traces instead."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .app import sweep_job
+    from .errors import ConfigError, ScalestudyError
+
+    full_errors = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     args = list(argv)
     if "--rerun" in args:
         args = [a for a in args if a != "--rerun"] + ["rerun=true"]
@@ -30,7 +56,16 @@ def _sweep(argv: Sequence[str]) -> int:
     if not hydra_flags.intersection(args):
         args = ["--multirun", *args]
     sys.argv = ["scalestudy", *args]
-    sweep_job()
+    try:
+        sweep_job()
+    except (ScalestudyError, HydraException, OmegaConfBaseException) as exc:
+        if full_errors:
+            raise
+        if isinstance(exc, ScalestudyError):
+            print(f"scalestudy: error: {exc}", file=sys.stderr)
+            return 2 if isinstance(exc, ConfigError) else 1
+        print(f"scalestudy: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -35,12 +35,14 @@ def workload_command(spec: RunSpec, spec_path: Path) -> list[str]:
     return [*launch_prefix(spec), sys.executable, "-m", "workloads", str(spec_path)]
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+def _reason(path: Path, lines: int = 3) -> str:
+    """The workload's own one-line error if it printed one, else the log's last lines."""
     try:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return " | ".join(text[-lines:])
+    own = [line.strip() for line in text if line.startswith("workloads: rank ")]
+    return own[0] if own else " | ".join(line.strip() for line in text[-lines:])
 
 
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     if proc.returncode != 0 or not result_path.is_file():
         raise RunFailed(
             f"run in {run_dir} failed: {cmd[0]} exited with {proc.returncode}; "
-            f"last output: {_tail(run_dir / LOG_FILE) or '(none)'}"
+            f"{_reason(run_dir / LOG_FILE) or 'no output'} (log: {run_dir / LOG_FILE})"
         )
     job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
     return {"run_dir": str(run_dir), "job_id": job_id, "result": json.loads(result_path.read_text())}

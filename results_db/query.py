@@ -25,7 +25,7 @@ _OPS = {
     "=": lambda c, v: c == v, "==": lambda c, v: c == v, "!=": lambda c, v: c != v,
     ">=": lambda c, v: c >= v, "<=": lambda c, v: c <= v, ">": lambda c, v: c > v, "<": lambda c, v: c < v,
 }
-_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|!=|>=|<=|=|>|<)\s*(.+?)\s*$")
+_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|!=|>=|<=|=|>|<)\s*([^=<>!\s].*?)\s*$")
 
 
 class QueryError(ValueError):

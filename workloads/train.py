@@ -77,12 +77,12 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
             f"MPI world size is {size} but the spec asks for nodes={spec.nodes} x workers_per_node="
             f"{spec.workers_per_node} = {spec.world_size} ranks (is the launcher starting one MPI job?)"
         )
-    threads = configure_threads(spec)
+    configure_threads(spec)
     clock = AlignedClock(estimate_offset_to_root(comm))
     writer = MetricsWriter(run_dir, rank)
     writer.run_start(
         spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
-        threads=threads, clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
+        threads=torch.get_num_threads(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
     )
     try:
         outcome = _train_loop(spec, comm, clock, writer)

@@ -1,0 +1,51 @@
+"""Shared helpers: real MPI jobs and the real ``scalestudy`` command in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def env_with_bin(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("SCALESTUDY_DB_URL", None)
+    env.update(extra or {})
+    return env
+
+
+def write_spec(run_dir: Path, **fields) -> Path:
+    spec = {"study": "test", "site": "local", "nodes": 1, "workers_per_node": 1, "threads_per_node": 1,
+            "batch_size": 16, "epochs": 1, **fields}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def mpiexec(n: int, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "mpiexec"), "-n", str(n), sys.executable, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env_with_bin(), cwd=cwd, timeout=timeout)
+
+
+def scalestudy(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "orchestrator.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env_with_bin(env), cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """One real 2-rank run of the workload, shared by the tests that read its files."""
+    run_dir = tmp_path_factory.mktemp("run")
+    spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=2, steps_per_epoch=5)
+    proc = mpiexec(2, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    return run_dir

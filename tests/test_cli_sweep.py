@@ -1,0 +1,121 @@
+"""``scalestudy`` end to end on the local site: Hydra → Parsl → mpiexec → SQLite."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from results_db import connect
+from results_db.ingest import ingest_run
+from results_db.runs import PlannedRun, register_runs
+from results_db.schema import RankSummary, Run, Step
+from workloads.spec import RunSpec
+
+from conftest import scalestudy
+
+pytestmark = pytest.mark.mpi
+
+
+def _runs(db_path):
+    engine = connect(f"sqlite:///{db_path}")
+    with Session(engine) as s:
+        return s.scalars(select(Run).order_by(Run.id)).all(), engine
+
+
+def test_default_smoke_study_end_to_end(tmp_path):
+    t0 = time.monotonic()
+    proc = scalestudy("sweep", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert elapsed < 180, f"the smoke study took {elapsed:.0f} s"
+    runs, engine = _runs(tmp_path / "scalestudy.db")
+    assert len(runs) == 4 and {r.status for r in runs} == {"done"}
+    assert {(r.nodes, r.workers_per_node) for r in runs} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    with Session(engine) as s:
+        for run in runs:
+            # each job got its own allocation: as many ranks reported as the spec asked for
+            ranks = s.scalar(select(func.count()).select_from(RankSummary).where(RankSummary.run_id == run.id))
+            assert ranks == run.world_size == run.nodes * run.workers_per_node
+            steps = s.scalar(select(func.count()).select_from(Step).where(Step.run_id == run.id))
+            assert steps == run.steps * run.world_size and run.steps > 0
+            assert run.throughput > 0 and 0 <= run.final_top1 <= 1
+            command = (tmp_path / "mr" / str(run.id - 1) / "command.txt").read_text()
+            assert f"-n {run.world_size} -ppn {run.workers_per_node}" in command
+            assert ",".join(["localhost"] * run.nodes) in command
+    # the smallest run learns the digits
+    assert max(r.final_top1 for r in runs) > 0.9
+    # the sweep printed its results table
+    assert "this sweep's runs" in proc.stdout and "throughput" in proc.stdout
+
+    # the same sweep again: every run is skipped, nothing duplicated
+    again = scalestudy("sweep", f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("already done") == 4
+    assert len(_runs(tmp_path / "scalestudy.db")[0]) == 4
+    assert not (tmp_path / "mr2" / "0").exists()
+
+    status = scalestudy("status", cwd=tmp_path)
+    assert status.returncode == 0
+    row = next(line for line in status.stdout.splitlines() if "smoke" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["smoke", "0", "0", "4", "0", "4"]
+
+    query = scalestudy("query", "--study", "smoke", "--where", "nodes>=2", "--format", "csv", cwd=tmp_path)
+    assert query.returncode == 0, query.stderr
+    rows = list(csv.DictReader(io.StringIO(query.stdout)))
+    assert sorted((int(r["nodes"]), int(r["workers_per_node"])) for r in rows) == [(2, 1), (2, 2)]
+    assert all(float(r["throughput"]) > 0 for r in rows)
+
+    as_json = json.loads(scalestudy("query", "--format", "json", "--columns", "nodes,status", cwd=tmp_path).stdout)
+    assert len(as_json) == 4 and set(as_json[0]) == {"nodes", "status"}
+
+    bad = scalestudy("query", "--where", "nodez>=2", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown column 'nodez'" in bad.stderr
+
+
+def _seeded_db(tmp_path, finished_run):
+    """A database holding one finished run: bad input must leave it untouched."""
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    spec = RunSpec.load(finished_run / "spec.json").to_dict()
+    [d] = register_runs(engine, "smoke", [PlannedRun("seeded", spec, str(finished_run))])
+    ingest_run(engine, d.run_id, finished_run)
+    with Session(engine) as s:
+        return s.scalar(select(func.count()).select_from(Step))
+
+
+@pytest.mark.parametrize("overrides, shown", [
+    (["nodes=0"], "nodes=0"),
+    (["batch_size=-1"], "batch_size=-1"),
+    (["workers_per_node=abc"], "workers_per_node='abc'"),
+    (["threads_per_node=3", "workers_per_node=2"], "threads_per_node=3"),
+    (["site=nowhere"], "site='nowhere'"),
+    (["algorithm=nope"], "algorithm='nope'"),
+    (["nodes=1,2,0"], "nodes=0"),  # one bad job in a sweep stops the whole sweep
+    (["study=nope"], "study='nope'"),
+])
+def test_bad_input_is_one_line_and_submits_nothing(tmp_path, finished_run, overrides, shown):
+    steps_before = _seeded_db(tmp_path, finished_run)
+    sweep_dir = tmp_path / "mr"
+    proc = scalestudy("sweep", *overrides, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("scalestudy: error: ") and shown in lines[0]
+    # nothing submitted: no job folder, no spec, no Parsl start, no new run rows
+    assert not list(sweep_dir.glob("*/spec.json")) and not (sweep_dir / ".parsl").exists()
+    runs, engine = _runs(tmp_path / "scalestudy.db")
+    assert [r.run_key for r in runs] == ["seeded"] and runs[0].status == "done"
+    with Session(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Step)) == steps_before
+
+
+def test_unknown_command_and_help(tmp_path):
+    assert scalestudy("frobnicate", cwd=tmp_path).returncode == 2
+    out = scalestudy("--help", cwd=tmp_path)
+    assert out.returncode == 0 and "sweep" in out.stdout and "status" in out.stdout
+    assert "no runs recorded yet" in scalestudy("status", cwd=tmp_path).stdout

@@ -1,0 +1,123 @@
+"""Ingestion and queries against a real SQLite database, on a real run's files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from results_db import connect, query
+from results_db.ingest import IngestError, ingest_run
+from results_db.runs import PlannedRun, mark_failed, register_runs
+from results_db.schema import Eval, RankSummary, Run, Step
+from workloads.spec import RunSpec
+
+
+@pytest.fixture
+def engine(tmp_path):
+    return connect(f"sqlite:///{tmp_path / 'r.db'}")
+
+
+def _plan(run_dir, key="k1", **over):
+    spec = {**RunSpec.load(run_dir / "spec.json").to_dict(), **over}
+    return PlannedRun(run_key=key, spec=spec, run_dir=str(run_dir))
+
+
+def _count(engine, table, run_id):
+    with Session(engine) as s:
+        return s.scalar(select(func.count()).select_from(table).where(table.run_id == run_id))
+
+
+def test_ingest_loads_every_record_once(engine, finished_run):
+    [d] = register_runs(engine, "s", [_plan(finished_run)])
+    assert d.submit and d.previous_status is None
+    assert ingest_run(engine, d.run_id, finished_run) is True
+    result = json.loads((finished_run / "result.json").read_text())
+    assert _count(engine, Step, d.run_id) == result["steps"] * result["world_size"]
+    assert _count(engine, Eval, d.run_id) == result["epochs"]
+    assert _count(engine, RankSummary, d.run_id) == 2
+    # idempotent: a second ingestion changes nothing
+    assert ingest_run(engine, d.run_id, finished_run) is False
+    assert _count(engine, Step, d.run_id) == result["steps"] * result["world_size"]
+    with Session(engine) as s:
+        run = s.get(Run, d.run_id)
+        assert run.status == "done" and run.throughput == pytest.approx(result["throughput"])
+        assert run.world_size == 2 and run.global_batch_size == 2 * run.batch_size
+        assert run.versions["mpi4py"] and run.hosts
+
+
+def test_registering_again_skips_done_runs_and_never_duplicates(engine, finished_run):
+    [d] = register_runs(engine, "s", [_plan(finished_run)])
+    ingest_run(engine, d.run_id, finished_run)
+    [again] = register_runs(engine, "s", [_plan(finished_run)])
+    assert not again.submit and again.run_id == d.run_id and again.previous_status == "done"
+    [forced] = register_runs(engine, "s", [_plan(finished_run)], rerun=True)
+    assert forced.submit and forced.run_id == d.run_id
+    assert _count(engine, Step, d.run_id) == 0  # a forced rerun starts from a clean slate
+    with Session(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def test_failed_runs_are_planned_again(engine, finished_run):
+    [d] = register_runs(engine, "s", [_plan(finished_run)])
+    mark_failed(engine, d.run_id, "boom")
+    [again] = register_runs(engine, "s", [_plan(finished_run)])
+    assert again.submit and again.previous_status == "failed"
+
+
+def test_unknown_metrics_schema_is_refused(engine, finished_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished_run, run_dir)
+    path = run_dir / "metrics" / "rank-1.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace('"schema":1', '"schema":99')
+    path.write_text("\n".join(lines) + "\n")
+    [d] = register_runs(engine, "s", [_plan(run_dir)])
+    with pytest.raises(IngestError, match="metrics schema 99 is not supported"):
+        ingest_run(engine, d.run_id, run_dir)
+    assert _count(engine, Step, d.run_id) == 0  # one transaction: nothing half-ingested
+
+
+def test_missing_result_means_not_finished(engine, finished_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / "result.json").unlink()
+    [d] = register_runs(engine, "s", [_plan(run_dir)])
+    with pytest.raises(IngestError, match="no result.json"):
+        ingest_run(engine, d.run_id, run_dir)
+
+
+def test_query_filters_and_frames(engine, finished_run):
+    plans = [_plan(finished_run, key=f"k{n}", nodes=n) for n in (1, 2, 4)]
+    decisions = register_runs(engine, "s", plans)
+    ingest_run(engine, decisions[0].run_id, finished_run)
+    frame = query.runs(engine, study="s", where="nodes>=2")
+    assert sorted(frame["nodes"]) == [2, 4] and set(frame["status"]) == {"pending"}
+    assert len(query.runs(engine, where=["nodes>=2", "status=pending"])) == 2
+    assert len(query.runs(engine, where="algorithm = sync and nodes < 2")) == 1
+    assert query.runs(engine, study="other").empty
+    steps = query.steps(engine, [decisions[0].run_id])
+    assert set(steps["rank"]) == {0, 1} and {"forward", "backward", "comm_wait"} <= set(steps.columns)
+    assert len(query.evals(engine, [decisions[0].run_id])) == 2
+    counts = query.status_counts(engine).set_index("study")
+    assert counts.loc["s", "done"] == 1 and counts.loc["s", "pending"] == 2 and counts.loc["s", "total"] == 3
+
+
+@pytest.mark.parametrize("where, words", [
+    ("nodes>>2", "cannot read filter"),
+    ("bogus=1", "unknown column 'bogus'"),
+    ("nodes=", "cannot read filter"),
+    ("nodes=>2", "cannot read filter"),
+])
+def test_bad_filters_are_refused(engine, where, words):
+    with pytest.raises(query.QueryError, match=words):
+        query.runs(engine, where=where)
+
+
+def test_filter_values_are_bound_not_pasted(engine, finished_run):
+    register_runs(engine, "s", [_plan(finished_run)])
+    assert query.runs(engine, where="algorithm=sync'; DROP TABLE runs; --").empty
+    assert len(query.runs(engine)) == 1

@@ -1,0 +1,56 @@
+"""Validation of job configs into RunSpecs, and run identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.runspec import build_run_spec, run_key
+
+BASE = dict(study_name="t", site="local", nodes=2, workers_per_node=2, threads_per_node=4, batch_size=8,
+            algorithm="sync", model="small_cnn", dataset="digits", epochs=1, steps_per_epoch=None,
+            lr=0.1, momentum=0.9, seed=0)
+
+
+def test_valid_config_builds_a_spec():
+    spec = build_run_spec(BASE)
+    assert spec.world_size == 4 and spec.threads_per_worker == 2 and spec.global_batch_size == 32
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("nodes", 0, "must be >= 1"),
+    ("nodes", 9, "at most 8 nodes"),
+    ("batch_size", -1, "must be >= 1"),
+    ("workers_per_node", "abc", "expected an integer"),
+    ("workers_per_node", 1.5, "expected an integer"),
+    ("threads_per_node", 3, "whole multiple of workers_per_node=2"),
+    ("threads_per_node", True, "expected an integer"),
+    ("site", "nowhere", "unknown site"),
+    ("algorithm", "nope", "unknown algorithm"),
+    ("model", "resnet1000", "unknown model"),
+    ("lr", 0, "must be > 0"),
+    ("lr", float("nan"), "finite"),
+    ("seed", -1, "must be >= 0"),
+    ("study_name", "a b;rm", "expected a name"),
+])
+def test_bad_values_name_field_and_value(field, value, words):
+    with pytest.raises(ConfigError) as info:
+        build_run_spec({**BASE, field: value})
+    message = str(info.value)
+    assert f"{field}={value!r}" in message and words in message
+    assert "\n" not in message
+
+
+def test_run_key_is_semantic():
+    a = build_run_spec(BASE)
+    assert run_key(a) == run_key(build_run_spec(dict(BASE)))
+    assert run_key(a) == run_key(build_run_spec({**BASE, "study_name": "other"}))  # study is not part of the run
+    assert run_key(a) != run_key(build_run_spec({**BASE, "batch_size": 16}))
+    assert run_key(a) != run_key(build_run_spec({**BASE, "seed": 1}))
+
+
+def test_config_error_survives_pickling():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ConfigError("nodes", 0, "must be >= 1")))
+    assert str(err) == "invalid config: nodes=0: must be >= 1"

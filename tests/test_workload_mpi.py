@@ -1,0 +1,82 @@
+"""The workload as a plain MPI program: real mpiexec, real ranks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from workloads.spec import RunSpec
+
+from conftest import REPO, mpiexec, write_spec
+
+pytestmark = pytest.mark.mpi
+PROGRAM = str(REPO / "tests" / "mpi_programs" / "train_and_gather.py")
+
+
+def _train(tmp_path, name, ranks, **fields):
+    spec = write_spec(tmp_path / name, **fields)
+    out = tmp_path / f"{name}.npy"
+    proc = mpiexec(ranks, PROGRAM, str(spec), str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return np.load(out)
+
+
+def test_four_ranks_match_one_process_with_the_global_batch(tmp_path):
+    common = dict(epochs=2, steps_per_epoch=8, lr=0.1, momentum=0.9, seed=3)
+    four = _train(tmp_path, "four", 4, workers_per_node=4, threads_per_node=4, batch_size=16, **common)
+    one = _train(tmp_path, "one", 1, workers_per_node=1, threads_per_node=1, batch_size=64, **common)
+    # all ranks hold identical weights after training
+    assert four.shape[0] == 4
+    assert np.array_equal(four[0], four[1]) and np.array_equal(four[0], four[2]) and np.array_equal(four[0], four[3])
+    # and they equal plain SGD on the global batch in one process
+    np.testing.assert_allclose(four[0], one[0], rtol=0, atol=1e-5)
+    # the run really trained: weights moved from their initial values by more than the tolerance
+    start = _train(tmp_path, "start", 1, workers_per_node=1, threads_per_node=1, batch_size=64,
+                   epochs=1, steps_per_epoch=1, lr=1e-12, momentum=0.0, seed=3)
+    assert np.abs(one[0] - start[0]).max() > 1e-2
+
+
+def test_metrics_contract(finished_run):
+    spec = RunSpec.load(finished_run / "spec.json")
+    result = json.loads((finished_run / "result.json").read_text())
+    assert result["schema"] == 1 and result["status"] == "done" and result["world_size"] == 2
+    assert result["steps"] == spec.epochs * spec.steps_per_epoch
+    assert result["samples"] == result["steps"] * spec.global_batch_size
+    assert 0.0 <= result["final_top1"] <= 1.0 and result["throughput"] > 0
+    for rank in range(2):
+        records = [json.loads(line) for line in (finished_run / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert all(r["schema"] == 1 for r in records)
+        kinds = [r["type"] for r in records]
+        assert kinds[0] == "run_start" and kinds[-1] == "run_end"
+        start = records[0]
+        assert start["rank"] == rank and start["size"] == 2 and start["host"]
+        assert {"torch", "mpi4py", "mpi_library"} <= set(start["versions"])
+        assert start["threads"] == 1  # threads_per_node=2 shared by 2 workers
+        steps = [r for r in records if r["type"] == "step"]
+        assert [s["step"] for s in steps] == list(range(result["steps"]))
+        for s in steps:
+            assert s["samples"] == spec.batch_size
+            assert all(s[k] >= 0 for k in ("data", "forward", "backward", "comm_wait", "update"))
+            assert np.isfinite(s["loss"])
+        assert all(steps[i]["t_start"] <= steps[i + 1]["t_start"] for i in range(len(steps) - 1))
+        evals = [r for r in records if r["type"] == "eval"]
+        assert len(evals) == (spec.epochs if rank == 0 else 0)
+        assert records[-1]["status"] == "done"
+
+
+def test_world_size_must_match_the_spec(tmp_path):
+    spec = write_spec(tmp_path / "r", workers_per_node=4, threads_per_node=4)
+    proc = mpiexec(2, "-m", "workloads", str(spec))
+    assert proc.returncode != 0
+    assert "MPI world size is 2 but the spec asks for" in proc.stderr
+    assert not (tmp_path / "r" / "result.json").exists()
+
+
+def test_threads_per_worker_are_applied(tmp_path):
+    spec = write_spec(tmp_path / "t", workers_per_node=1, threads_per_node=2, steps_per_epoch=1)
+    proc = mpiexec(1, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    start = json.loads((tmp_path / "t" / "metrics" / "rank-0.jsonl").read_text().splitlines()[0])
+    assert start["threads"] == 2
