@@ -69,6 +69,11 @@ def parse_where(where: str | Sequence[str] | None) -> list:
     return conditions
 
 
+def _ids(run_ids: Sequence[int]) -> list[int]:
+    """Plain ints: a pandas column of numpy integers would not bind."""
+    return [int(i) for i in run_ids]
+
+
 def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
          columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None) -> pd.DataFrame:
     """One row per run, with every sweep axis and the headline measurements."""
@@ -78,7 +83,7 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
     if study:
         stmt = stmt.where(Study.name == study)
     if run_ids is not None:
-        stmt = stmt.where(Run.id.in_(list(run_ids)))
+        stmt = stmt.where(Run.id.in_(_ids(run_ids)))
     for cond in parse_where(where):
         stmt = stmt.where(cond)
     stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size, Run.id)
@@ -88,13 +93,13 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
 
 def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """Per-rank, per-step timings of the given runs."""
-    stmt = select(Step).where(Step.run_id.in_(list(run_ids))).order_by(Step.run_id, Step.rank, Step.step)
+    stmt = select(Step).where(Step.run_id.in_(_ids(run_ids))).order_by(Step.run_id, Step.rank, Step.step)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 
 
 def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
-    stmt = select(Eval).where(Eval.run_id.in_(list(run_ids))).order_by(Eval.run_id, Eval.epoch)
+    stmt = select(Eval).where(Eval.run_id.in_(_ids(run_ids))).order_by(Eval.run_id, Eval.epoch)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 

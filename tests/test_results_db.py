@@ -99,7 +99,8 @@ def test_query_filters_and_frames(engine, finished_run):
     assert len(query.runs(engine, where=["nodes>=2", "status=pending"])) == 2
     assert len(query.runs(engine, where="algorithm = sync and nodes < 2")) == 1
     assert query.runs(engine, study="other").empty
-    steps = query.steps(engine, [decisions[0].run_id])
+    done = query.runs(engine, where="status=done")
+    steps = query.steps(engine, done["run_id"])  # a DataFrame column feeds the next query
     assert set(steps["rank"]) == {0, 1} and {"forward", "backward", "comm_wait"} <= set(steps.columns)
     assert len(query.evals(engine, [decisions[0].run_id])) == 2
     counts = query.status_counts(engine).set_index("study")
