@@ -36,6 +36,8 @@ class SweepRecorder:
         self.run_ids: dict[int, int] = {}      # job idx -> run id
         self.labels: dict[int, str] = {}
         self.started: set[int] = set()
+        self.submitted: set[int] = set()
+        self.ended: set[int] = set()
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
         self.total = 0
         self.t0 = time.monotonic()
@@ -63,6 +65,8 @@ class SweepRecorder:
                                     f"threads_per_node={spec.threads_per_node} batch_size={spec.batch_size} "
                                     f"algorithm={spec.algorithm}")
             submit.append(decision.submit)
+            if decision.submit:
+                self.submitted.add(job.idx)
             if not decision.submit:
                 self.counts["skipped"] += 1
                 self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done (run_key {decision.run_key}; --rerun forces)[/dim]")
@@ -80,6 +84,7 @@ class SweepRecorder:
                 self.console.print(f"[cyan]start[/cyan] #{job.idx} {self.labels[job.idx]}")
 
     def on_job_end(self, job: SweepJob, result: JobReturn) -> None:
+        self.ended.add(job.idx)
         run_id = self.run_ids[job.idx]
         elapsed = time.monotonic() - self.t0
         if result.status == JobStatus.COMPLETED:
@@ -112,6 +117,8 @@ class SweepRecorder:
     def close(self, results: Sequence[JobReturn]) -> None:
         if self.engine is None:
             return
+        for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
+            mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
         from .report import SWEEP_COLUMNS, print_runs_table
 
         run_ids = list(self.run_ids.values())
