@@ -15,16 +15,18 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from workloads.registry import ALGORITHMS, DATASETS, MODELS
+from workloads.registry import ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, MODELS
 from workloads.spec import RunSpec
 
 from .errors import ConfigError
 from .sites import SiteConfig, load_site
 
 # Fields that describe the experiment; run_key hashes exactly these.
+# (dataset_path is left out: the same data at another path is the same experiment.)
 SEMANTIC_FIELDS = (
     "site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
     "model", "dataset", "epochs", "steps_per_epoch", "lr", "momentum", "seed",
+    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device",
 )
 
 
@@ -50,6 +52,44 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(field, value, f"unknown {field}; known: {', '.join(choices)}")
     return value
+
+
+def _bool(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(field, value, "expected true or false")
+    return value
+
+
+def _dataset(c: dict[str, Any], model: str) -> tuple[str, str | None]:
+    node = c.get("dataset")
+    if isinstance(node, str):  # a plain name, e.g. from a hand-written mapping
+        node = {"name": node, "path": None}
+    if not isinstance(node, dict):
+        raise ConfigError("dataset", node, "expected a dataset (dataset=NAME, see conf/dataset/)")
+    name = _choice("dataset.name", node.get("name"), tuple(DATASETS))
+    kind, needs_path = DATASETS[name]
+    path = node.get("path")
+    if path is not None and not isinstance(path, str):
+        raise ConfigError("dataset.path", path, "expected a folder path")
+    if needs_path and not path:
+        raise ConfigError("dataset.path", path, f"dataset {name} reads local files: set dataset.path=/folder")
+    if MODELS[model] != kind:
+        raise ConfigError("model", model, f"takes {MODELS[model]} inputs but dataset {name} holds {kind}s")
+    return name, path
+
+
+def _algorithm(c: dict[str, Any]) -> tuple[str, str]:
+    algorithm = _choice("algorithm", c.get("algorithm"), ALGORITHMS)
+    device = _choice("device", c.get("device", "cpu"), DEVICES)
+    if device not in ALGORITHM_DEVICES[algorithm]:
+        raise ConfigError("device", device, f"algorithm {algorithm} runs on {', '.join(ALGORITHM_DEVICES[algorithm])}")
+    if algorithm == "horovod":
+        import importlib.util
+
+        if importlib.util.find_spec("horovod") is None:
+            raise ConfigError("algorithm", algorithm, "needs Horovod (horovod.torch), not installed in this "
+                              "environment; build it with `bash scripts/install-horovod.sh` or use algorithm=sync")
+    return algorithm, device
 
 
 def _name(field: str, value: Any) -> str:
@@ -88,6 +128,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
             "threads_per_node", threads,
             f"must be a whole multiple of workers_per_node={workers} (each worker gets threads_per_node / workers_per_node threads)",
         )
+    model = _choice("model", c.get("model"), tuple(MODELS))
+    dataset, dataset_path = _dataset(c, model)
+    algorithm, device = _algorithm(c)
     return RunSpec(
         study=_name("study_name", c.get("study_name")),
         site=site.name,
@@ -95,14 +138,19 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         workers_per_node=workers,
         threads_per_node=threads,
         batch_size=_int("batch_size", c.get("batch_size")),
-        algorithm=_choice("algorithm", c.get("algorithm"), ALGORITHMS),
-        model=_choice("model", c.get("model"), MODELS),
-        dataset=_choice("dataset", c.get("dataset"), DATASETS),
+        algorithm=algorithm,
+        model=model,
+        dataset=dataset,
+        dataset_path=dataset_path,
         epochs=_int("epochs", c.get("epochs")),
         steps_per_epoch=_int("steps_per_epoch", c.get("steps_per_epoch"), optional=True),
         lr=_float("lr", c.get("lr")),
         momentum=_float("momentum", c.get("momentum"), strict=False),
         seed=_int("seed", c.get("seed"), minimum=0),
+        fusion_threshold_mb=_float("fusion_threshold_mb", c.get("fusion_threshold_mb", 64), strict=False),
+        cycle_time_ms=_float("cycle_time_ms", c.get("cycle_time_ms", 5)),
+        timeline=_bool("timeline", c.get("timeline", False)),
+        device=device,
     )
 
 

@@ -11,15 +11,43 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from sqlalchemy import Engine, insert
+import math
+
+import pandas as pd
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, RankSummary, Run, Step, utcnow
+from .schema import Eval, Event, RankSummary, Run, Step, StepStat, utcnow
+from .timeline import step_stats
 
 SUPPORTED_SCHEMAS = (1,)
 BATCH_ROWS = 5000
 _STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "loss")
 _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
+
+
+def _event_row(run_id: int, rank: int, rec: dict[str, Any]) -> dict[str, Any]:
+    tensors = rec.get("tensors")
+    return {
+        "run_id": run_id, "rank": rank, "step": rec["step"], "tensor": str(rec.get("tensor", "")),
+        "phase": rec["phase"], "t0": rec["t0"], "t1": rec["t1"], "bytes": rec.get("bytes", 0),
+        "tensors": ",".join(tensors) if isinstance(tensors, list) else None, "arrival": rec.get("arrival"),
+    }
+
+
+def _derive_step_stats(session: Session, run_id: int) -> None:
+    cols = [Event.rank, Event.step, Event.tensor, Event.phase, Event.t0, Event.t1, Event.arrival]
+    rows = session.execute(select(*cols).where(Event.run_id == run_id)).all()
+    if not rows:
+        return
+    stats = step_stats(pd.DataFrame(rows, columns=[c.key for c in cols]))
+    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+               for r in stats.to_dict("records")]
+    for r in records:
+        r["run_id"] = run_id
+        r["step"] = int(r["step"])
+        r["collectives"] = int(r["collectives"])
+    session.execute(insert(StepStat), records)
 
 
 class IngestError(ValueError):
@@ -65,6 +93,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
         hosts: list[str] = []
         versions: dict[str, Any] | None = None
         steps: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         for path in rank_files:
             rank = int(path.stem.split("-")[1])
             start: dict[str, Any] = {}
@@ -76,6 +105,11 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
                     if len(steps) >= BATCH_ROWS:
                         session.execute(insert(Step), steps)
                         steps = []
+                elif kind == "event":
+                    events.append(_event_row(run_id, rank, rec))
+                    if len(events) >= BATCH_ROWS:
+                        session.execute(insert(Event), events)
+                        events = []
                 elif kind == "eval":
                     session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
                 elif kind == "run_start":
@@ -92,6 +126,9 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
             }])
         if steps:
             session.execute(insert(Step), steps)
+        if events:
+            session.execute(insert(Event), events)
+        _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)
         run.versions = versions
         for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss"):

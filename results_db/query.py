@@ -13,11 +13,12 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Run, Step, Study
+from .schema import Eval, Event, Run, Step, StepStat, Study
 
 RUN_COLUMNS = (
     "run_id", "study", "run_key", "status", "site", "nodes", "workers_per_node", "threads_per_node",
     "world_size", "batch_size", "global_batch_size", "algorithm", "model", "dataset", "epochs", "lr", "seed",
+    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device",
     "throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "job_id", "hosts",
     "run_dir", "error", "created_at", "started_at", "finished_at",
 )
@@ -94,6 +95,22 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
 def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """Per-rank, per-step timings of the given runs."""
     stmt = select(Step).where(Step.run_id.in_(_ids(run_ids))).order_by(Step.run_id, Step.rank, Step.step)
+    with engine.connect() as conn:
+        return pd.read_sql(stmt, conn)
+
+
+def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None = None) -> pd.DataFrame:
+    """Timeline intervals (``timeline=true`` runs): per rank, step, tensor or fused buffer, phase."""
+    stmt = select(Event).where(Event.run_id.in_(_ids(run_ids)))
+    if phases:
+        stmt = stmt.where(Event.phase.in_(list(phases)))
+    with engine.connect() as conn:
+        return pd.read_sql(stmt.order_by(Event.run_id, Event.rank, Event.t0), conn)
+
+
+def step_stats(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
+    """Per-step arrival skew, hidden allreduce fraction and update delay, derived from the timeline."""
+    stmt = select(StepStat).where(StepStat.run_id.in_(_ids(run_ids))).order_by(StepStat.run_id, StepStat.step)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 

@@ -13,10 +13,11 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, RankSummary, Run, Step, Study, utcnow
+from .schema import Eval, Event, RankSummary, Run, Step, StepStat, Study, utcnow
 
 _SPEC_COLUMNS = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
                  "model", "dataset", "epochs", "lr", "seed")
+_OPTIONAL_SPEC_COLUMNS = ("fusion_threshold_mb", "cycle_time_ms", "timeline", "device")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def get_or_create_study(session: Session, name: str) -> Study:
 
 
 def _clear_measurements(session: Session, run_id: int) -> None:
-    for table in (Step, Eval, RankSummary):
+    for table in (Step, Eval, RankSummary, Event, StepStat):
         session.execute(delete(table).where(table.run_id == run_id))
 
 
@@ -67,6 +68,8 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             spec = p.spec
             for name in _SPEC_COLUMNS:
                 setattr(run, name, spec[name])
+            for name in _OPTIONAL_SPEC_COLUMNS:
+                setattr(run, name, spec.get(name))
             run.world_size = spec["nodes"] * spec["workers_per_node"]
             run.global_batch_size = spec["batch_size"] * run.world_size
             run.spec = spec

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Optional
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 RUN_STATES = ("pending", "running", "done", "failed")
@@ -55,6 +55,10 @@ class Run(Base):
     epochs: Mapped[int] = mapped_column(Integer)
     lr: Mapped[float] = mapped_column(Float)
     seed: Mapped[int] = mapped_column(Integer)
+    fusion_threshold_mb: Mapped[Optional[float]] = mapped_column(Float)
+    cycle_time_ms: Mapped[Optional[float]] = mapped_column(Float)
+    timeline: Mapped[Optional[bool]] = mapped_column(Boolean)
+    device: Mapped[Optional[str]] = mapped_column(String(16))
     spec: Mapped[dict] = mapped_column(JSON)
 
     run_dir: Mapped[Optional[str]] = mapped_column(Text)
@@ -95,6 +99,42 @@ class Step(Base):
     comm_wait: Mapped[float] = mapped_column(Float)
     update: Mapped[float] = mapped_column(Float)
     loss: Mapped[Optional[float]] = mapped_column(Float)
+
+
+class Event(Base):
+    """One timeline interval of one rank (``timeline=true``): a phase, a tensor, or a fused collective."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_run_step", "run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    rank: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    tensor: Mapped[str] = mapped_column(String(255))
+    phase: Mapped[str] = mapped_column(String(32))
+    t0: Mapped[float] = mapped_column(Float)
+    t1: Mapped[float] = mapped_column(Float)
+    bytes: Mapped[int] = mapped_column(Integer)
+    tensors: Mapped[Optional[str]] = mapped_column(Text)   # fused collectives: the tensors in the buffer
+    arrival: Mapped[Optional[float]] = mapped_column(Float)  # fused collectives: this rank's last tensor ready
+
+
+class StepStat(Base):
+    """Per-step measures derived from the timeline at ingestion."""
+
+    __tablename__ = "step_stats"
+    __table_args__ = (UniqueConstraint("run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    step: Mapped[int] = mapped_column(Integer)
+    collectives: Mapped[int] = mapped_column(Integer)
+    allreduce_seconds: Mapped[float] = mapped_column(Float)        # mean over ranks
+    arrival_skew_max: Mapped[Optional[float]] = mapped_column(Float)   # seconds, worst collective
+    arrival_skew_mean: Mapped[Optional[float]] = mapped_column(Float)
+    hidden_fraction: Mapped[Optional[float]] = mapped_column(Float)    # allreduce time overlapped with backward
+    update_delay: Mapped[Optional[float]] = mapped_column(Float)       # end of previous update to start of this one
 
 
 class Eval(Base):

@@ -27,6 +27,13 @@ def test_valid_config_builds_a_spec():
     ("threads_per_node", True, "expected an integer"),
     ("site", "nowhere", "unknown site"),
     ("algorithm", "nope", "unknown algorithm"),
+    ("algorithm", "horovod", "needs Horovod"),
+    ("device", "tpu", "unknown device"),
+    ("device", "cuda", "algorithm sync runs on cpu"),
+    ("fusion_threshold_mb", -1, "must be >= 0"),
+    ("cycle_time_ms", 0, "must be > 0"),
+    ("timeline", "yes", "expected true or false"),
+    ("model", "lstm", "takes sequence inputs but dataset digits holds images"),
     ("model", "resnet1000", "unknown model"),
     ("lr", 0, "must be > 0"),
     ("lr", float("nan"), "finite"),
@@ -54,3 +61,12 @@ def test_config_error_survives_pickling():
 
     err = pickle.loads(pickle.dumps(ConfigError("nodes", 0, "must be >= 1")))
     assert str(err) == "invalid config: nodes=0: must be >= 1"
+
+
+def test_datasets_that_read_files_need_a_path():
+    with pytest.raises(ConfigError, match="dataset.path=None: dataset cifar10 reads local files"):
+        build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": None}})
+    spec = build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": "/data/c10"}})
+    assert spec.dataset == "cifar10" and spec.dataset_path == "/data/c10"
+    # where the data lies is not part of the run's identity
+    assert run_key(spec) == run_key(build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": "/other"}}))

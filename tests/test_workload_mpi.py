@@ -23,19 +23,39 @@ def _train(tmp_path, name, ranks, **fields):
     return np.load(out)
 
 
-def test_four_ranks_match_one_process_with_the_global_batch(tmp_path):
-    common = dict(epochs=2, steps_per_epoch=8, lr=0.1, momentum=0.9, seed=3)
-    four = _train(tmp_path, "four", 4, workers_per_node=4, threads_per_node=4, batch_size=16, **common)
-    one = _train(tmp_path, "one", 1, workers_per_node=1, threads_per_node=1, batch_size=64, **common)
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_allreduce_paths_match_mpi_allreduce(ranks):
+    proc = mpiexec(ranks, str(REPO / "tests" / "mpi_programs" / "check_allreduce.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"OK {ranks} ranks" in proc.stdout
+
+
+COMMON = dict(epochs=2, steps_per_epoch=8, lr=0.1, momentum=0.9, seed=3)
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory):
+    """Plain SGD in one process on the global batch (64): the reference every engine must match."""
+    tmp = tmp_path_factory.mktemp("single")
+    return _train(tmp, "one", 1, workers_per_node=1, threads_per_node=1, batch_size=64, **COMMON)[0]
+
+
+@pytest.mark.parametrize("algorithm, fusion_mb", [("sync", 64), ("sync", 0.05), ("sync", 0), ("ddp", 64)])
+def test_four_ranks_match_one_process_with_the_global_batch(tmp_path, single_process, algorithm, fusion_mb):
+    four = _train(tmp_path, "four", 4, workers_per_node=4, threads_per_node=4, batch_size=16,
+                  algorithm=algorithm, fusion_threshold_mb=fusion_mb, **COMMON)
     # all ranks hold identical weights after training
     assert four.shape[0] == 4
-    assert np.array_equal(four[0], four[1]) and np.array_equal(four[0], four[2]) and np.array_equal(four[0], four[3])
+    for r in range(1, 4):
+        assert np.array_equal(four[0], four[r]), f"rank {r} differs from rank 0"
     # and they equal plain SGD on the global batch in one process
-    np.testing.assert_allclose(four[0], one[0], rtol=0, atol=1e-5)
-    # the run really trained: weights moved from their initial values by more than the tolerance
+    np.testing.assert_allclose(four[0], single_process, rtol=0, atol=1e-5)
+
+
+def test_the_reference_run_really_trains(tmp_path, single_process):
     start = _train(tmp_path, "start", 1, workers_per_node=1, threads_per_node=1, batch_size=64,
                    epochs=1, steps_per_epoch=1, lr=1e-12, momentum=0.0, seed=3)
-    assert np.abs(one[0] - start[0]).max() > 1e-2
+    assert np.abs(single_process - start[0]).max() > 1e-2  # far above the tolerance used above
 
 
 def test_metrics_contract(finished_run):

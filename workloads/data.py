@@ -23,43 +23,148 @@ class Dataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
+    kind: str  # "image" (N,C,H,W), "vector" (N,1,L) or "sequence" (N,T) of token ids
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
 
-def load_digits(test_fraction: float = 0.2) -> Dataset:
+def _split(name: str, kind: str, x: np.ndarray, y: np.ndarray, num_classes: int, test_fraction: float = 0.2) -> Dataset:
+    # The split is fixed (not tied to the run's seed) so every run is scored on the same samples.
+    order = np.random.default_rng(12345).permutation(len(x))
+    n_test = int(round(len(x) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    return Dataset(name, torch.from_numpy(x[train]), torch.from_numpy(y[train]),
+                   torch.from_numpy(x[test]), torch.from_numpy(y[test]), num_classes, kind)
+
+
+def load_digits(path: str | None = None) -> Dataset:
     """scikit-learn's 8x8 handwritten digits (1797 images), shipped inside the package."""
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
     x = (bunch.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
-    y = bunch.target.astype(np.int64)
-    # The split is fixed (not tied to the run's seed) so every run is scored on the
-    # same held-out images.
-    order = np.random.default_rng(12345).permutation(len(x))
-    n_test = int(round(len(x) * test_fraction))
-    test, train = order[:n_test], order[n_test:]
-    return Dataset(
-        name="digits",
-        x_train=torch.from_numpy(x[train]),
-        y_train=torch.from_numpy(y[train]),
-        x_test=torch.from_numpy(x[test]),
-        y_test=torch.from_numpy(y[test]),
-        num_classes=10,
-    )
+    return _split("digits", "image", x, bunch.target.astype(np.int64), 10)
 
 
-_LOADERS = {"digits": load_digits}
+def synthetic_images(path: str | None = None, n: int = 3072, size: int = 32, classes: int = 10) -> Dataset:
+    """CIFAR-shaped images (3x32x32): a smooth random template per class plus noise."""
+    rng = np.random.default_rng(2024)
+    coarse = rng.normal(size=(classes, 3, size // 4, size // 4)).astype(np.float32)
+    templates = coarse.repeat(4, axis=2).repeat(4, axis=3)
+    y = rng.integers(0, classes, size=n).astype(np.int64)
+    x = templates[y] + rng.normal(scale=1.5, size=(n, 3, size, size)).astype(np.float32)
+    return _split("synthetic_images", "image", x, y, classes)
 
 
-def load_dataset(name: str) -> Dataset:
+def nt3_synthetic(path: str | None = None, n: int = 1024, length: int = 2000, classes: int = 2) -> Dataset:
+    """NT3-shaped 1-D expression profiles: class-specific bumps at random places in noise."""
+    rng = np.random.default_rng(2025)
+    centers = rng.integers(50, length - 50, size=(classes, 8))
+    grid = np.arange(length)
+    profiles = np.zeros((classes, length), np.float32)
+    for c in range(classes):
+        for mu in centers[c]:
+            profiles[c] += np.exp(-0.5 * ((grid - mu) / 6.0) ** 2).astype(np.float32)
+    y = rng.integers(0, classes, size=n).astype(np.int64)
+    x = (profiles[y] + rng.normal(scale=0.5, size=(n, length)).astype(np.float32))[:, None, :]
+    return _split("nt3_synthetic", "vector", x, y, classes)
+
+
+def token_sequences(path: str | None = None, n: int = 2048, length: int = 32, vocab: int = 32, classes: int = 4) -> Dataset:
+    """Token sequences whose class is set by the first token: the LSTM must carry it to the end."""
+    rng = np.random.default_rng(2026)
+    x = rng.integers(classes, vocab, size=(n, length)).astype(np.int64)
+    y = rng.integers(0, classes, size=n).astype(np.int64)
+    x[:, 0] = y
+    return _split("sequences", "sequence", x, y, classes)
+
+
+def cifar10(path: str | None) -> Dataset:
+    """A local copy of CIFAR-10's python version (data_batch_1..5, test_batch)."""
+    import pickle
+    from pathlib import Path
+
+    if not path:
+        raise ValueError("dataset=cifar10 needs dataset.path, the folder with data_batch_* and test_batch")
+    root = Path(path)
+
+    def read(files):
+        xs, ys = [], []
+        for f in files:
+            with open(f, "rb") as fh:
+                batch = pickle.load(fh, encoding="bytes")
+            xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(batch[b"labels"], dtype=np.int64))
+        return np.concatenate(xs).astype(np.float32) / 255.0, np.concatenate(ys)
+
+    train_files = sorted(root.glob("data_batch_*"))
+    if not train_files or not (root / "test_batch").is_file():
+        raise ValueError(f"dataset.path={path!r}: expected CIFAR-10 python batches (data_batch_1.., test_batch)")
+    x_train, y_train = read(train_files)
+    x_test, y_test = read([root / "test_batch"])
+    mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
+    std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-6
+    return Dataset("cifar10", torch.from_numpy((x_train - mean) / std), torch.from_numpy(y_train),
+                   torch.from_numpy((x_test - mean) / std), torch.from_numpy(y_test), 10, "image")
+
+
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".ppm"}
+
+
+def image_folder(path: str | None, size: int = 32) -> Dataset:
+    """``root/<class>/*.png`` (or ``root/train`` and ``root/test`` with class folders), resized to 32x32 RGB."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    if not path:
+        raise ValueError("dataset=imagefolder needs dataset.path, a folder with one sub-folder per class")
+    root = Path(path)
+
+    def read(folder: Path, classes: list[str]):
+        xs, ys = [], []
+        for label, cls in enumerate(classes):
+            for f in sorted((folder / cls).iterdir()):
+                if f.suffix.lower() in _IMAGE_SUFFIXES:
+                    with Image.open(f) as im:
+                        xs.append(np.asarray(im.convert("RGB").resize((size, size)), dtype=np.float32) / 255.0)
+                    ys.append(label)
+        if not xs:
+            raise ValueError(f"dataset.path={str(folder)!r}: no images in its class folders")
+        return np.stack(xs).transpose(0, 3, 1, 2).copy(), np.asarray(ys, dtype=np.int64)
+
+    if (root / "train").is_dir() and (root / "test").is_dir():
+        classes = sorted(d.name for d in (root / "train").iterdir() if d.is_dir())
+        (x_train, y_train), (x_test, y_test) = read(root / "train", classes), read(root / "test", classes)
+        return Dataset("imagefolder", torch.from_numpy(x_train), torch.from_numpy(y_train),
+                       torch.from_numpy(x_test), torch.from_numpy(y_test), len(classes), "image")
+    if not root.is_dir():
+        raise ValueError(f"dataset.path={path!r}: no such folder")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+    if not classes:
+        raise ValueError(f"dataset.path={path!r}: expected one sub-folder per class")
+    x, y = read(root, classes)
+    return _split("imagefolder", "image", x, y, len(classes))
+
+
+_LOADERS = {
+    "digits": load_digits,
+    "synthetic_images": synthetic_images,
+    "nt3_synthetic": nt3_synthetic,
+    "sequences": token_sequences,
+    "cifar10": cifar10,
+    "imagefolder": image_folder,
+}
+
+
+def load_dataset(name: str, path: str | None = None) -> Dataset:
     try:
         loader = _LOADERS[name]
     except KeyError:
         raise ValueError(f"dataset={name!r} is unknown; known: {', '.join(sorted(_LOADERS))}") from None
-    return loader()
+    return loader(path)
 
 
 @dataclass(frozen=True)

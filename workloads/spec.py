@@ -27,11 +27,16 @@ class RunSpec:
     algorithm: str = "sync"
     model: str = "small_cnn"
     dataset: str = "digits"
+    dataset_path: Optional[str] = None
     epochs: int = 1
     steps_per_epoch: Optional[int] = None
     lr: float = 0.1
     momentum: float = 0.9
     seed: int = 0
+    fusion_threshold_mb: float = 64.0
+    cycle_time_ms: float = 5.0
+    timeline: bool = False
+    device: str = "cpu"
     schema: int = SPEC_SCHEMA
 
     @property

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from mpi4py import MPI
 
-from .algorithms import build_gradient_sync
+from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .metrics import MetricsWriter, write_result
@@ -36,6 +36,7 @@ class TrainOutcome:
 
     summary: dict[str, Any]
     final_state: dict[str, torch.Tensor]
+    final_params: dict[str, torch.Tensor]
 
 
 def configure_threads(spec: RunSpec) -> int:
@@ -56,16 +57,21 @@ def library_versions() -> dict[str, str]:
     }
 
 
-def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm) -> tuple[float, float]:
+def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm, device: torch.device,
+             batch: int = 512) -> tuple[float, float]:
     """Top-1 accuracy and mean loss on the test set, sharded over ranks and summed."""
     part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
+    x_all, y_all = data.x_test[part], data.y_test[part]
     model.eval()
+    correct, loss_sum = 0, 0.0
     with torch.no_grad():
-        logits = model(data.x_test[part])
-        loss_sum = F.cross_entropy(logits, data.y_test[part], reduction="sum").item()
-        correct = (logits.argmax(dim=1) == data.y_test[part]).sum().item()
+        for lo in range(0, len(x_all), batch):
+            x, y = x_all[lo:lo + batch].to(device), y_all[lo:lo + batch].to(device)
+            logits = model(x)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
     model.train()
-    totals = np.array([correct, loss_sum, len(data.x_test[part])], dtype=np.float64)
+    totals = np.array([correct, loss_sum, len(x_all)], dtype=np.float64)
     comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
@@ -98,14 +104,26 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     return outcome
 
 
+def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
+    if spec.device == "cuda":
+        local_rank = comm.Get_rank() % spec.workers_per_node
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
-    data = load_dataset(spec.dataset)
-    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed)
-    engine = build_gradient_sync(spec.algorithm, model, comm)
+    device = _to_device(spec, comm)
+    data = load_dataset(spec.dataset, spec.dataset_path)
+    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed).to(device)
+    options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
+                          timeline=spec.timeline, clock=clock.now, device=spec.device)
+    engine = build_gradient_sync(spec.algorithm, model, comm, options)
     engine.broadcast_parameters()
-    optimizer = torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum)
+    engine.set_optimizer(torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum))
     sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
+    timeline = spec.timeline
 
     phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
     step = samples_seen = 0
@@ -119,25 +137,28 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
             for idx in sampler.epoch(epoch):
                 t_start = clock.now()
                 t0 = time.perf_counter()
-                x, y = data.x_train[idx], data.y_train[idx]
+                engine.begin_step(step)
+                x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
                 t1 = time.perf_counter()
-                optimizer.zero_grad(set_to_none=False)
-                loss = F.cross_entropy(model(x), y)
+                engine.optimizer.zero_grad(set_to_none=False)
+                loss = F.cross_entropy(engine.module(x), y)
                 t2 = time.perf_counter()
                 loss.backward()
                 t3 = time.perf_counter()
                 engine.synchronize()
                 t4 = time.perf_counter()
-                optimizer.step()
+                engine.step()
                 t5 = time.perf_counter()
                 samples_seen += sampler.global_batch_size
                 timings = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "comm_wait": t4 - t3, "update": t5 - t4}
                 for k, v in timings.items():
                     phases[k] += v
                 writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
+                if timeline:
+                    _write_step_events(writer, step, t_start, t0, (t1, t2, t3, t4, t5), engine.drain_events())
                 step += 1
             train_seconds += time.perf_counter() - epoch_start
-            last_top1, last_loss = evaluate(model, data, comm)
+            last_top1, last_loss = evaluate(engine.module, data, comm, device)
             if rank == 0:
                 writer.eval(epoch=epoch, wall=time.perf_counter() - wall_start, top1=last_top1, loss=last_loss,
                             samples_seen=samples_seen)
@@ -161,5 +182,19 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
         "final_loss": last_loss,
         "rank_summary": rank_summary,
     }
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return TrainOutcome(summary=summary, final_state=state)
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return TrainOutcome(summary=summary, final_state=state, final_params=params)
+
+
+def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: float,
+                       marks: tuple[float, ...], engine_events: list[dict[str, Any]]) -> None:
+    """Main-thread phases (on the aligned clock) plus the engine's events for this step."""
+    def at(t: float) -> float:
+        return t_start + (t - t0)
+
+    t1, t2, t3, t4, t5 = marks
+    for phase, a, b in (("forward", t1, t2), ("backward", t2, t3), ("wait", t3, t4), ("update", t4, t5)):
+        writer.event(step=step, tensor="-", phase=phase, t0=at(a), t1=at(b), bytes=0)
+    for event in engine_events:
+        writer.event(**event)

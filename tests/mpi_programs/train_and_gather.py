@@ -14,7 +14,7 @@ from workloads.train import train
 
 spec_path, out_path = Path(sys.argv[1]), Path(sys.argv[2])
 outcome = train(RunSpec.load(spec_path), spec_path.parent)
-flat = np.concatenate([outcome.final_state[k].numpy().ravel() for k in sorted(outcome.final_state)])
+flat = np.concatenate([outcome.final_params[k].numpy().ravel() for k in sorted(outcome.final_params)])
 gathered = MPI.COMM_WORLD.gather(flat, root=0)
 if MPI.COMM_WORLD.Get_rank() == 0:
     np.save(out_path, np.stack(gathered))

@@ -5,18 +5,20 @@ from __future__ import annotations
 from mpi4py import MPI
 from torch import nn
 
-from .base import GradientSync
-from .sync import AllreduceAfterBackward
-
-_ALGORITHMS = {"sync": AllreduceAfterBackward}
+from .base import GradientSync, SyncOptions
 
 
-def build_gradient_sync(name: str, model: nn.Module, comm: MPI.Comm) -> GradientSync:
-    try:
-        cls = _ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"algorithm={name!r} is unknown; known: {', '.join(sorted(_ALGORITHMS))}") from None
-    return cls(model, comm)
+def build_gradient_sync(name: str, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> GradientSync:
+    """Imports lazily: ``ddp`` pulls in torch.distributed, ``horovod`` needs Horovod."""
+    if name == "sync":
+        from .overlapped import OverlappedFusedAllreduce as cls
+    elif name == "ddp":
+        from .ddp import TorchDDP as cls
+    elif name == "horovod":
+        from .horovod import HorovodReference as cls
+    else:
+        raise ValueError(f"algorithm={name!r} is unknown; known: sync, ddp, horovod")
+    return cls(model, comm, options)
 
 
-__all__ = ["GradientSync", "AllreduceAfterBackward", "build_gradient_sync"]
+__all__ = ["GradientSync", "SyncOptions", "build_gradient_sync"]

@@ -3,37 +3,67 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from mpi4py import MPI
 from torch import nn
 
 
+@dataclass(frozen=True)
+class SyncOptions:
+    """What an engine may need beyond the model: the spec's communication settings."""
+
+    fusion_threshold_mb: float = 64.0
+    cycle_time_ms: float = 5.0
+    timeline: bool = False
+    clock: Callable[[], float] = None  # type: ignore[assignment]
+    device: str = "cpu"
+
+
 class GradientSync(ABC):
     """Turns each rank's local gradients into the gradients every rank applies.
 
-    The training loop calls ``synchronize`` after ``loss.backward()`` and before the
-    optimizer step; engines that overlap communication with backprop do their work in
-    hooks they install in ``__init__`` and only wait in ``synchronize``.
+    The loop calls ``begin_step`` before forward, runs forward/backward on
+    ``self.module``, then ``synchronize`` (block until gradients are averaged) and
+    ``step`` (the optimizer). Engines that overlap communication with backprop work
+    from hooks they install and only wait in ``synchronize``.
     """
 
-    def __init__(self, model: nn.Module, comm: MPI.Comm) -> None:
+    def __init__(self, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> None:
         self.model = model
+        self.module: nn.Module = model
         self.comm = comm
+        self.options = options
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer: torch.optim.Optimizer | None = None
 
     def broadcast_parameters(self, root: int = 0) -> None:
         """Start every rank from root's weights, whatever each rank's RNG did."""
         with torch.no_grad():
             for p in self.model.state_dict().values():
-                if p.is_floating_point() or p.dtype in (torch.int64, torch.int32):
-                    buf = p.detach().contiguous().numpy()
-                    self.comm.Bcast(buf, root=root)
-                    p.copy_(torch.from_numpy(buf))
+                buf = p.detach().cpu().contiguous()
+                self.comm.Bcast(buf.numpy(), root=root)
+                p.copy_(buf)
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def begin_step(self, step: int) -> None:
+        """A new step starts (before forward)."""
 
     @abstractmethod
     def synchronize(self) -> None:
         """Block until every parameter's ``.grad`` holds the global average."""
 
+    def step(self) -> None:
+        assert self.optimizer is not None
+        self.optimizer.step()
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Timeline events recorded by the engine since the last call."""
+        return []
+
     def close(self) -> None:
-        """Release background resources (threads, requests)."""
+        """Release background resources (threads, process groups)."""

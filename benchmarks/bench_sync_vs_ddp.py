@@ -1,0 +1,47 @@
+"""Training samples/s of ``sync`` (our fused, overlapped engine) vs ``ddp``, same everything else.
+
+    python benchmarks/bench_sync_vs_ddp.py [--ranks 2] [--model resnet20] [--repeats 5]
+
+Target: sync / ddp >= 0.9 (aim >= 1.0). Prints the ratio of medians last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from harness import interleave, median, run_workload
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--model", default="resnet20")
+    ap.add_argument("--dataset", default="synthetic_images")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--fusion-mb", type=float, default=64)
+    ap.add_argument("--cycle-ms", type=float, default=5)
+    args = ap.parse_args()
+
+    def variant(algorithm: str):
+        def run() -> float:
+            spec = {"algorithm": algorithm, "model": args.model, "dataset": args.dataset,
+                    "batch_size": args.batch_size, "steps_per_epoch": args.steps,
+                    "fusion_threshold_mb": args.fusion_mb, "cycle_time_ms": args.cycle_ms}
+            result = run_workload(spec, args.ranks)
+            shutil.rmtree(result["run_dir"], ignore_errors=True)
+            return result["throughput"]
+        return run
+
+    print(f"sync vs ddp: {args.model} on {args.dataset}, {args.ranks} ranks x 1 thread, batch {args.batch_size}/rank, "
+          f"{args.steps} steps, fusion {args.fusion_mb} MB, cycle {args.cycle_ms} ms, {args.repeats} interleaved repeats")
+    samples = interleave({"ddp": variant("ddp"), "sync": variant("sync")}, args.repeats)
+    ddp, sync = median(samples["ddp"]), median(samples["sync"])
+    print(f"median samples/s: ddp {ddp:.1f}, sync {sync:.1f}")
+    print(f"ratio sync/ddp = {sync / ddp:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The fine-grain timeline: what the workload records, and what ingestion derives from it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from results_db import connect, query
+from results_db.ingest import ingest_run
+from results_db.runs import PlannedRun, register_runs
+from results_db.timeline import step_stats
+from workloads.spec import RunSpec
+
+from conftest import mpiexec, write_spec
+
+
+def _ev(rank, step, phase, t0, t1, tensor="-", arrival=None):
+    return {"rank": rank, "step": step, "tensor": tensor, "phase": phase, "t0": t0, "t1": t1, "arrival": arrival}
+
+
+def test_step_stats_by_hand():
+    events = pd.DataFrame([
+        # step 1, rank 0: backward 10..20; buffer A 12..14 (all hidden), buffer B 19..23 (1 of 4 hidden)
+        _ev(0, 1, "backward", 10, 20), _ev(0, 1, "allreduce", 12, 14, "fused-0", arrival=11),
+        _ev(0, 1, "allreduce", 19, 23, "fused-1", arrival=18), _ev(0, 1, "update", 24, 25),
+        # step 1, rank 1: backward 10..22; buffer A 12..14 (hidden), buffer B 19..23 (3 of 4 hidden)
+        _ev(1, 1, "backward", 10, 22), _ev(1, 1, "allreduce", 12, 14, "fused-0", arrival=11.5),
+        _ev(1, 1, "allreduce", 19, 23, "fused-1", arrival=21), _ev(1, 1, "update", 24, 26),
+        # step 2: updates only
+        _ev(0, 2, "update", 30, 31), _ev(1, 2, "update", 32, 33),
+    ])
+    stats = step_stats(events).set_index("step")
+    assert stats.loc[1, "collectives"] == 2
+    assert stats.loc[1, "allreduce_seconds"] == pytest.approx(6.0)
+    assert stats.loc[1, "arrival_skew_max"] == pytest.approx(3.0)      # fused-1: 21 - 18
+    assert stats.loc[1, "arrival_skew_mean"] == pytest.approx(1.75)    # (0.5 + 3) / 2
+    assert stats.loc[1, "hidden_fraction"] == pytest.approx(((2 + 1) / 6 + (2 + 3) / 6) / 2)
+    assert np.isnan(stats.loc[1, "update_delay"])                       # no earlier update
+    assert stats.loc[2, "update_delay"] == pytest.approx(((30 - 25) + (32 - 26)) / 2)
+    assert stats.loc[2, "collectives"] == 0
+
+
+@pytest.mark.mpi
+def test_timeline_run_records_and_derives(tmp_path):
+    run_dir = tmp_path / "run"
+    spec_path = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=4,
+                           model="resnet20", dataset="synthetic_images", timeline=True, fusion_threshold_mb=0.2)
+    proc = mpiexec(2, "-m", "workloads", str(spec_path))
+    assert proc.returncode == 0, proc.stderr
+    spec = RunSpec.load(spec_path)
+    n_params = 65  # resnet20's parameter tensors
+    for rank in range(2):
+        events = [json.loads(l) for l in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()
+                  if '"type":"event"' in l]
+        for step in range(4):
+            mine = [e for e in events if e["step"] == step]
+            assert sum(e["phase"] == "grad_ready" for e in mine) == n_params
+            fused = [e for e in mine if e["phase"] == "allreduce"]
+            # every gradient is in exactly one collective, none over the threshold unless alone
+            names = [t for e in fused for t in e["tensors"]]
+            assert sorted(names) == sorted({e["tensor"] for e in mine if e["phase"] == "grad_ready"})
+            assert all(e["bytes"] <= 0.2 * 2**20 or len(e["tensors"]) == 1 for e in fused)
+            assert all(e["t0"] <= e["t1"] and e["arrival"] <= e["t1"] for e in fused)
+            phases = {e["phase"] for e in mine}
+            assert {"forward", "backward", "wait", "update", "negotiate"} <= phases
+
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    [d] = register_runs(engine, "tl", [PlannedRun("k", spec.to_dict(), str(run_dir))])
+    ingest_run(engine, d.run_id, run_dir)
+    stats = query.step_stats(engine, [d.run_id])
+    assert list(stats["step"]) == [0, 1, 2, 3]
+    assert (stats["collectives"] >= 2).all() and (stats["arrival_skew_max"] >= 0).all()
+    assert stats["hidden_fraction"].between(0, 1).all()
+    assert stats["update_delay"].iloc[1:].gt(0).all()
+    ev = query.events(engine, [d.run_id], phases=["allreduce"])
+    assert set(ev["rank"]) == {0, 1} and ev["tensors"].notna().all()

@@ -1,0 +1,52 @@
+"""``horovod``: the real Horovod (``horovod.torch``), when it is installed.
+
+Horovod 0.28.1 is unmaintained and ships only as an sdist that must be patched to
+build against current torch (``scripts/install-horovod.sh``); scalestudy does not
+depend on it. Its fusion threshold and cycle time come from the same spec fields
+as ``sync``'s, through Horovod's environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mpi4py import MPI
+from torch import nn
+
+from .base import GradientSync, SyncOptions
+
+INSTALL_HINT = ("algorithm=horovod needs horovod.torch, which is not importable here; build it with "
+                "`bash scripts/install-horovod.sh` (about 15 min on 2 cores), or use algorithm=sync, "
+                "scalestudy's own Horovod-style engine")
+
+
+def import_horovod():
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise RuntimeError(f"{INSTALL_HINT} ({exc})") from None
+    return hvd
+
+
+class HorovodReference(GradientSync):
+    def __init__(self, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> None:
+        super().__init__(model, comm, options)
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_threshold_mb * 1024 * 1024))
+        os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_time_ms)
+        self.hvd = import_horovod()
+        self.hvd.init()
+        if self.hvd.size() != comm.Get_size():
+            raise RuntimeError(f"Horovod sees {self.hvd.size()} ranks, MPI {comm.Get_size()}")
+
+    def broadcast_parameters(self, root: int = 0) -> None:
+        self.hvd.broadcast_parameters(self.model.state_dict(), root_rank=root)
+
+    def set_optimizer(self, optimizer) -> None:
+        self.optimizer = self.hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters())
+
+    def synchronize(self) -> None:
+        self.optimizer.synchronize()
+
+    def step(self) -> None:
+        with self.optimizer.skip_synchronize():
+            self.optimizer.step()

@@ -1,0 +1,99 @@
+"""``sync``: Horovod-style synchronous data parallelism on mpi4py.
+
+Each parameter gets a post-accumulate-grad hook, so a gradient is handed to the
+background engine (``workloads.comm.BackgroundAllreduce``) the moment backprop has
+finished it; fused allreduces then run while backprop produces the rest, and the
+optimizer waits only for what is still in flight.
+
+Gradients live as views in one flat buffer laid out in the order backprop finishes
+them (learned in the first step and checked to be the same on every rank, as DDP
+rebuilds its buckets), so a fused group is one slice reduced in place.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from mpi4py import MPI
+from torch import nn
+
+from ..comm import BackgroundAllreduce
+from .base import GradientSync, SyncOptions
+
+
+class OverlappedFusedAllreduce(GradientSync):
+    def __init__(self, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> None:
+        super().__init__(model, comm, options)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        named.reverse()  # until the first step shows the real order: roughly what backprop does
+        self._named = named
+        self._index: dict[int, int] = {}
+        self._seen: list[int] | None = []  # slot order observed in the first backward
+        self.engine = BackgroundAllreduce(
+            names=[n for n, _ in named],
+            nbytes=[p.numel() * p.element_size() for _, p in named],
+            comm=comm,
+            fusion_threshold_bytes=int(options.fusion_threshold_mb * 1024 * 1024),
+            cycle_time_s=options.cycle_time_ms / 1000.0,
+            clock=options.clock or time.time,
+            timeline=options.timeline,
+        )
+        self._layout(list(range(len(named))))
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for _, p in named]
+
+    def _layout(self, order: list[int]) -> None:
+        """Slots in ``order``; each ``.grad`` a view into one buffer laid out the same way."""
+        self._named = [self._named[i] for i in order]
+        self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        params = [p for _, p in self._named]
+        flat = offsets = None
+        if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params):
+            flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+            offsets, offset = [], 0
+            for p in params:
+                offsets.append(offset)
+                view = flat[offset:offset + p.numel()].view_as(p)
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view  # autograd accumulates into an existing .grad in place
+                offset += p.numel()
+        self.engine.set_slots([n for n, _ in self._named], [p.numel() * p.element_size() for p in params],
+                              flat=flat, offsets=offsets)
+
+    def _hook(self, param: torch.Tensor) -> None:
+        index = self._index[id(param)]
+        if self._seen is not None:
+            self._seen.append(index)
+        self.engine.ready(index, param.grad)
+
+    def begin_step(self, step: int) -> None:
+        if self._seen is not None and step > 0:
+            self._adopt_observed_order()
+        self.engine.begin_step(step)
+
+    def _adopt_observed_order(self) -> None:
+        seen, self._seen = self._seen, None
+        complete = sorted(seen) == list(range(len(self._named)))
+        orders = self.comm.allgather(tuple(seen) if complete else None)
+        if complete and all(o == orders[0] for o in orders):
+            self._layout(list(seen))
+
+    def synchronize(self) -> None:
+        # A parameter unused in this step gets no hook call: it contributes zeros.
+        for i, (_, p) in enumerate(self._named):
+            if not self.engine.is_ready(i):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self.engine.ready(i, p.grad)
+        self.engine.wait()
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        events, self.engine.events = self.engine.events, []
+        return events
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self.engine.close()
