@@ -46,3 +46,10 @@ def run_workload(spec: dict[str, Any], ranks: int, timeout: float = 900) -> dict
     result = json.loads((run_dir / "result.json").read_text())
     result["run_dir"] = str(run_dir)
     return result
+
+
+def relaunch_under_mpiexec(ranks: int, argv: list[str]) -> int:
+    """Run this script again as ``ranks`` MPI processes (with ``--worker``); return its exit code."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, *argv, "--worker"]
+    return subprocess.run(cmd, env=env).returncode

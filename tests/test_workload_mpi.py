@@ -100,3 +100,10 @@ def test_threads_per_worker_are_applied(tmp_path):
     assert proc.returncode == 0, proc.stderr
     start = json.loads((tmp_path / "t" / "metrics" / "rank-0.jsonl").read_text().splitlines()[0])
     assert start["threads"] == 2
+
+
+def test_horovod_without_horovod_says_how_to_install(tmp_path):
+    spec = write_spec(tmp_path / "h", algorithm="horovod", steps_per_epoch=1)
+    proc = mpiexec(1, "-m", "workloads", str(spec))
+    assert proc.returncode != 0
+    assert "algorithm=horovod needs horovod.torch" in proc.stderr and "scripts/install-horovod.sh" in proc.stderr

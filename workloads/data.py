@@ -58,7 +58,7 @@ def synthetic_images(path: str | None = None, n: int = 3072, size: int = 32, cla
     return _split("synthetic_images", "image", x, y, classes)
 
 
-def nt3_synthetic(path: str | None = None, n: int = 1024, length: int = 2000, classes: int = 2) -> Dataset:
+def nt3_synthetic(path: str | None = None, n: int = 1024, length: int = 1000, classes: int = 2) -> Dataset:
     """NT3-shaped 1-D expression profiles: class-specific bumps at random places in noise."""
     rng = np.random.default_rng(2025)
     centers = rng.integers(50, length - 50, size=(classes, 8))
