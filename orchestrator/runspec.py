@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from workloads.imbalance import KINDS as IMBALANCE_KINDS
 from workloads.registry import ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, MODELS
 from workloads.spec import RunSpec
 
@@ -26,7 +27,8 @@ from .sites import SiteConfig, load_site
 SEMANTIC_FIELDS = (
     "site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
     "model", "dataset", "epochs", "steps_per_epoch", "lr", "momentum", "seed",
-    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device",
+    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every",
+    "imbalance_kind", "imbalance_ranks", "imbalance_delay_ms", "imbalance_rank", "imbalance_sigma",
 )
 
 
@@ -92,6 +94,32 @@ def _algorithm(c: dict[str, Any]) -> tuple[str, str]:
     return algorithm, device
 
 
+def _imbalance(c: dict[str, Any], world_size: int, model: str, dataset: str) -> dict[str, Any]:
+    node = c.get("imbalance") or {"kind": "none"}
+    if not isinstance(node, dict):
+        raise ConfigError("imbalance", node, "expected imbalance.kind=..., imbalance.delay_ms=...")
+    unknown = sorted(set(node) - {"kind", "ranks", "delay_ms", "rank", "sigma"})
+    if unknown:
+        raise ConfigError(f"imbalance.{unknown[0]}", node[unknown[0]], "unknown key; known: kind, ranks, delay_ms, rank, sigma")
+    kind = _choice("imbalance.kind", node.get("kind", "none"), IMBALANCE_KINDS)
+    ranks = _int("imbalance.ranks", node.get("ranks", 1))
+    if ranks > world_size and kind == "injected":
+        raise ConfigError("imbalance.ranks", ranks, f"more than the run's {world_size} ranks")
+    rank = node.get("rank", -1)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not -world_size <= rank < world_size:
+        raise ConfigError("imbalance.rank", rank, f"expected a rank in [-{world_size}, {world_size})")
+    if kind == "inherent" and (model != "lstm" or dataset != "sequences"):
+        raise ConfigError("imbalance.kind", kind, "inherent imbalance is the lstm on variable-length sequences: "
+                          "set model=lstm dataset=sequences")
+    return {
+        "imbalance_kind": kind,
+        "imbalance_ranks": ranks,
+        "imbalance_delay_ms": _float("imbalance.delay_ms", node.get("delay_ms", 0), strict=False),
+        "imbalance_rank": rank,
+        "imbalance_sigma": _float("imbalance.sigma", node.get("sigma", 1.0)),
+    }
+
+
 def _name(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value or not all(c.isalnum() or c in "-_." for c in value):
         raise ConfigError(field, value, "expected a name of letters, digits, '-', '_' or '.'")
@@ -131,6 +159,10 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
     model = _choice("model", c.get("model"), tuple(MODELS))
     dataset, dataset_path = _dataset(c, model)
     algorithm, device = _algorithm(c)
+    if algorithm == "async_ps" and nodes * workers < 2:
+        raise ConfigError("algorithm", algorithm, "needs at least 2 ranks (a server and a worker); "
+                          "raise nodes or workers_per_node")
+    imbalance = _imbalance(c, nodes * workers, model, dataset)
     return RunSpec(
         study=_name("study_name", c.get("study_name")),
         site=site.name,
@@ -151,6 +183,8 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         cycle_time_ms=_float("cycle_time_ms", c.get("cycle_time_ms", 5)),
         timeline=_bool("timeline", c.get("timeline", False)),
         device=device,
+        sync_every=_int("sync_every", c.get("sync_every", 10), minimum=0),
+        **imbalance,
     )
 
 

@@ -17,12 +17,14 @@ import pandas as pd
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Event, RankSummary, Run, Step, StepStat, utcnow
+from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, utcnow
 from .timeline import step_stats
 
 SUPPORTED_SCHEMAS = (1,)
 BATCH_ROWS = 5000
-_STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "loss")
+_STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "delay",
+                "loss")
+_ROUND_FIELDS = ("round", "initiator", "fresh", "stale", "null", "synchronous", "t0", "latency")
 _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
 
@@ -110,6 +112,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
                     if len(events) >= BATCH_ROWS:
                         session.execute(insert(Event), events)
                         events = []
+                elif kind == "round":
+                    session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
                 elif kind == "eval":
                     session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
                 elif kind == "run_start":

@@ -13,12 +13,13 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Event, Run, Step, StepStat, Study
+from .schema import Eval, Event, Round, Run, Step, StepStat, Study
 
 RUN_COLUMNS = (
     "run_id", "study", "run_key", "status", "site", "nodes", "workers_per_node", "threads_per_node",
     "world_size", "batch_size", "global_batch_size", "algorithm", "model", "dataset", "epochs", "lr", "seed",
-    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device",
+    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every", "imbalance_kind",
+    "imbalance_ranks", "imbalance_delay_ms",
     "throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "job_id", "hosts",
     "run_dir", "error", "created_at", "started_at", "finished_at",
 )
@@ -113,6 +114,27 @@ def step_stats(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     stmt = select(StepStat).where(StepStat.run_id.in_(_ids(run_ids))).order_by(StepStat.run_id, StepStat.step)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
+
+
+def rounds(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
+    """eager-SGD rounds: initiator, fresh / stale / null contributions, latency."""
+    stmt = select(Round).where(Round.run_id.in_(_ids(run_ids))).order_by(Round.run_id, Round.round)
+    with engine.connect() as conn:
+        return pd.read_sql(stmt, conn)
+
+
+def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> pd.DataFrame:
+    """Per run: wall seconds and samples until the first eval at or above ``target`` top-1 (NaN if never)."""
+    frame = evals(engine, run_ids)
+    rows = []
+    for run_id in _ids(run_ids):
+        hit = frame[(frame["run_id"] == run_id) & (frame["top1"] >= target)]
+        first = hit.iloc[0] if len(hit) else None
+        rows.append({"run_id": run_id, "target": target,
+                     "seconds": float(first["wall"]) if first is not None else float("nan"),
+                     "epoch": int(first["epoch"]) if first is not None else None,
+                     "samples": int(first["samples_seen"]) if first is not None else None})
+    return pd.DataFrame(rows)
 
 
 def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:

@@ -13,11 +13,12 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Event, RankSummary, Run, Step, StepStat, Study, utcnow
+from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study, utcnow
 
 _SPEC_COLUMNS = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
                  "model", "dataset", "epochs", "lr", "seed")
-_OPTIONAL_SPEC_COLUMNS = ("fusion_threshold_mb", "cycle_time_ms", "timeline", "device")
+_OPTIONAL_SPEC_COLUMNS = ("fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every",
+                          "imbalance_kind", "imbalance_ranks", "imbalance_delay_ms")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def get_or_create_study(session: Session, name: str) -> Study:
 
 
 def _clear_measurements(session: Session, run_id: int) -> None:
-    for table in (Step, Eval, RankSummary, Event, StepStat):
+    for table in (Step, Eval, RankSummary, Event, StepStat, Round):
         session.execute(delete(table).where(table.run_id == run_id))
 
 

@@ -59,6 +59,10 @@ class Run(Base):
     cycle_time_ms: Mapped[Optional[float]] = mapped_column(Float)
     timeline: Mapped[Optional[bool]] = mapped_column(Boolean)
     device: Mapped[Optional[str]] = mapped_column(String(16))
+    sync_every: Mapped[Optional[int]] = mapped_column(Integer)
+    imbalance_kind: Mapped[Optional[str]] = mapped_column(String(16))
+    imbalance_ranks: Mapped[Optional[int]] = mapped_column(Integer)
+    imbalance_delay_ms: Mapped[Optional[float]] = mapped_column(Float)
     spec: Mapped[dict] = mapped_column(JSON)
 
     run_dir: Mapped[Optional[str]] = mapped_column(Text)
@@ -98,6 +102,7 @@ class Step(Base):
     backward: Mapped[float] = mapped_column(Float)
     comm_wait: Mapped[float] = mapped_column(Float)
     update: Mapped[float] = mapped_column(Float)
+    delay: Mapped[Optional[float]] = mapped_column(Float)   # injected load imbalance (sleep) in this step
     loss: Mapped[Optional[float]] = mapped_column(Float)
 
 
@@ -135,6 +140,24 @@ class StepStat(Base):
     arrival_skew_mean: Mapped[Optional[float]] = mapped_column(Float)
     hidden_fraction: Mapped[Optional[float]] = mapped_column(Float)    # allreduce time overlapped with backward
     update_delay: Mapped[Optional[float]] = mapped_column(Float)       # end of previous update to start of this one
+
+
+class Round(Base):
+    """One round of eager-SGD's partial allreduce, as rank 0 saw it."""
+
+    __tablename__ = "rounds"
+    __table_args__ = (UniqueConstraint("run_id", "round"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    round: Mapped[int] = mapped_column(Integer)
+    initiator: Mapped[int] = mapped_column(Integer)     # -1: a synchronous round
+    fresh: Mapped[int] = mapped_column(Integer)         # ranks whose gradient of this step made it
+    stale: Mapped[int] = mapped_column(Integer)         # ranks contributing gradients that missed earlier rounds
+    null: Mapped[int] = mapped_column(Integer)          # ranks contributing nothing
+    synchronous: Mapped[bool] = mapped_column(Boolean)
+    t0: Mapped[float] = mapped_column(Float)
+    latency: Mapped[float] = mapped_column(Float)       # rank 0 joined -> reduction complete, seconds
 
 
 class Eval(Base):

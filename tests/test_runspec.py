@@ -34,6 +34,7 @@ def test_valid_config_builds_a_spec():
     ("cycle_time_ms", 0, "must be > 0"),
     ("timeline", "yes", "expected true or false"),
     ("model", "lstm", "takes sequence inputs but dataset digits holds images"),
+    ("sync_every", -1, "must be >= 0"),
     ("model", "resnet1000", "unknown model"),
     ("lr", 0, "must be > 0"),
     ("lr", float("nan"), "finite"),
@@ -70,3 +71,29 @@ def test_datasets_that_read_files_need_a_path():
     assert spec.dataset == "cifar10" and spec.dataset_path == "/data/c10"
     # where the data lies is not part of the run's identity
     assert run_key(spec) == run_key(build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": "/other"}}))
+
+
+@pytest.mark.parametrize("imbalance, field, words", [
+    ({"kind": "sometimes"}, "imbalance.kind='sometimes'", "unknown imbalance.kind"),
+    ({"kind": "injected", "ranks": 5, "delay_ms": 10}, "imbalance.ranks=5", "more than the run's 4 ranks"),
+    ({"kind": "injected", "delay_ms": -3}, "imbalance.delay_ms=-3", "must be >= 0"),
+    ({"kind": "fixed", "rank": 4}, "imbalance.rank=4", "expected a rank"),
+    ({"kind": "inherent"}, "imbalance.kind='inherent'", "set model=lstm dataset=sequences"),
+    ({"kind": "injected", "dealy_ms": 5}, "imbalance.dealy_ms=5", "unknown key"),
+])
+def test_bad_imbalance(imbalance, field, words):
+    with pytest.raises(ConfigError) as info:
+        build_run_spec({**BASE, "imbalance": imbalance})
+    assert field in str(info.value) and words in str(info.value)
+
+
+def test_imbalance_and_eager_fields_reach_the_spec():
+    spec = build_run_spec({**BASE, "algorithm": "eager_solo", "sync_every": 5,
+                           "imbalance": {"kind": "injected", "ranks": 1, "delay_ms": 20}})
+    assert (spec.algorithm, spec.sync_every, spec.imbalance_kind, spec.imbalance_delay_ms) == ("eager_solo", 5, "injected", 20.0)
+    assert run_key(spec) != run_key(build_run_spec({**BASE, "algorithm": "eager_solo", "sync_every": 5,
+                                                    "imbalance": {"kind": "injected", "ranks": 1, "delay_ms": 40}}))
+    with pytest.raises(ConfigError, match="needs at least 2 ranks"):
+        build_run_spec({**BASE, "nodes": 1, "workers_per_node": 1, "threads_per_node": 1, "algorithm": "async_ps"})
+    inherent = build_run_spec({**BASE, "model": "lstm", "dataset": "sequences", "imbalance": {"kind": "inherent"}})
+    assert inherent.imbalance_kind == "inherent"

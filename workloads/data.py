@@ -8,6 +8,7 @@ batch b see exactly the samples one process with batch N*b would see. That makes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -72,12 +73,25 @@ def nt3_synthetic(path: str | None = None, n: int = 1024, length: int = 1000, cl
     return _split("nt3_synthetic", "vector", x, y, classes)
 
 
-def token_sequences(path: str | None = None, n: int = 2048, length: int = 32, vocab: int = 32, classes: int = 4) -> Dataset:
-    """Token sequences whose class is set by the first token: the LSTM must carry it to the end."""
+PAD = 0  # token id of padding; real tokens are >= 1
+
+
+def token_sequences(path: str | None = None, n: int = 2048, length: int = 32, vocab: int = 32, classes: int = 4,
+                    variable_length: bool = False) -> Dataset:
+    """Token sequences whose class is set by the first token: the LSTM must carry it to the end.
+
+    With ``variable_length`` lengths follow a long-tailed (log-normal) law between 8
+    and 8 x ``length``, padded with ``PAD``: a batch costs what its longest sequence
+    costs, so step times vary from rank to rank (inherent load imbalance).
+    """
     rng = np.random.default_rng(2026)
-    x = rng.integers(classes, vocab, size=(n, length)).astype(np.int64)
+    max_len = 8 * length if variable_length else length
+    x = rng.integers(classes + 1, vocab, size=(n, max_len)).astype(np.int64)
     y = rng.integers(0, classes, size=n).astype(np.int64)
-    x[:, 0] = y
+    x[:, 0] = y + 1
+    if variable_length:
+        lengths = np.clip(rng.lognormal(math.log(length), 0.8, size=n).astype(int), 8, max_len)
+        x[np.arange(max_len)[None, :] >= lengths[:, None]] = PAD
     return _split("sequences", "sequence", x, y, classes)
 
 
@@ -159,11 +173,15 @@ _LOADERS = {
 }
 
 
-def load_dataset(name: str, path: str | None = None) -> Dataset:
+def load_dataset(name: str, path: str | None = None, variable_length: bool = False) -> Dataset:
     try:
         loader = _LOADERS[name]
     except KeyError:
         raise ValueError(f"dataset={name!r} is unknown; known: {', '.join(sorted(_LOADERS))}") from None
+    if variable_length:
+        if name != "sequences":
+            raise ValueError(f"variable-length samples (imbalance.kind=inherent) need dataset=sequences, not {name!r}")
+        return token_sequences(path, variable_length=True)
     return loader(path)
 
 

@@ -42,6 +42,9 @@ class MetricsWriter:
     def event(self, **fields: Any) -> None:
         self._write("event", fields)
 
+    def round(self, **fields: Any) -> None:
+        self._write("round", fields)
+
     def eval(self, **fields: Any) -> None:
         self._write("eval", fields)
         self.flush()

@@ -124,7 +124,11 @@ class LSTMClassifier(nn.Module):
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, (h, _) = self.lstm(self.embed(x))
+        lengths = (x != 0).sum(dim=1).clamp(min=1)  # token 0 is padding
+        x = x[:, : int(lengths.max())]               # a batch costs what its longest sequence costs
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(x), lengths.cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        _, (h, _) = self.lstm(packed)
         return self.head(h[-1])
 
 

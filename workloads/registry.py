@@ -4,9 +4,10 @@ The orchestrator validates configs against these before anything is submitted; i
 must stay cheap to import, so the implementations are looked up lazily elsewhere.
 """
 
-ALGORITHMS = ("sync", "ddp", "horovod")
+ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
 # algorithm -> devices it runs on
-ALGORITHM_DEVICES = {"sync": ("cpu",), "ddp": ("cpu", "cuda"), "horovod": ("cpu",)}
+ALGORITHM_DEVICES = {"sync": ("cpu",), "ddp": ("cpu", "cuda"), "horovod": ("cpu",), "eager_solo": ("cpu",),
+                     "eager_majority": ("cpu",), "async_ps": ("cpu",)}
 DEVICES = ("cpu", "cuda")
 
 # model -> the kind of input it takes

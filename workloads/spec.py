@@ -37,6 +37,12 @@ class RunSpec:
     cycle_time_ms: float = 5.0
     timeline: bool = False
     device: str = "cpu"
+    sync_every: int = 10
+    imbalance_kind: str = "none"
+    imbalance_ranks: int = 1
+    imbalance_delay_ms: float = 0.0
+    imbalance_rank: int = -1
+    imbalance_sigma: float = 1.0
     schema: int = SPEC_SCHEMA
 
     @property

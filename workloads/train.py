@@ -25,6 +25,7 @@ from mpi4py import MPI
 from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
+from .imbalance import DelayInjector
 from .metrics import MetricsWriter, write_result
 from .models import build_model
 from .spec import RunSpec
@@ -104,6 +105,12 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     return outcome
 
 
+def delay_injector(spec: RunSpec, world_size: int) -> DelayInjector:
+    return DelayInjector(kind=spec.imbalance_kind, ranks=spec.imbalance_ranks, delay_ms=spec.imbalance_delay_ms,
+                         rank=spec.imbalance_rank, sigma=spec.imbalance_sigma, seed=spec.seed,
+                         world_size=world_size)
+
+
 def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
     if spec.device == "cuda":
         local_rank = comm.Get_rank() % spec.workers_per_node
@@ -115,17 +122,23 @@ def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
     device = _to_device(spec, comm)
-    data = load_dataset(spec.dataset, spec.dataset_path)
+    data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent")
     model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed).to(device)
+    delays = delay_injector(spec, size)
+    if spec.algorithm == "async_ps":
+        from .algorithms.async_ps import train_async_ps
+
+        return train_async_ps(spec, comm, clock, writer, data, model, delays)
+    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
     options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
-                          timeline=spec.timeline, clock=clock.now, device=spec.device)
+                          timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
+                          sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs)
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
     engine.broadcast_parameters()
     engine.set_optimizer(torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum))
-    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
     timeline = spec.timeline
 
-    phases = {"data": 0.0, "forward": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
+    phases = {"data": 0.0, "forward": 0.0, "delay": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
     step = samples_seen = 0
     train_seconds = 0.0
     last_top1 = last_loss = float("nan")
@@ -143,6 +156,10 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 engine.optimizer.zero_grad(set_to_none=False)
                 loss = F.cross_entropy(engine.module(x), y)
                 t2 = time.perf_counter()
+                delay = delays.seconds(step, rank)
+                if delay:
+                    time.sleep(delay)
+                t2d = time.perf_counter()
                 loss.backward()
                 t3 = time.perf_counter()
                 engine.synchronize()
@@ -150,12 +167,16 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 engine.step()
                 t5 = time.perf_counter()
                 samples_seen += sampler.global_batch_size
-                timings = {"data": t1 - t0, "forward": t2 - t1, "backward": t3 - t2, "comm_wait": t4 - t3, "update": t5 - t4}
+                timings = {"data": t1 - t0, "forward": t2 - t1, "delay": t2d - t2, "backward": t3 - t2d,
+                           "comm_wait": t4 - t3, "update": t5 - t4}
                 for k, v in timings.items():
                     phases[k] += v
                 writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
                 if timeline:
-                    _write_step_events(writer, step, t_start, t0, (t1, t2, t3, t4, t5), engine.drain_events())
+                    _write_step_events(writer, step, t_start, t0, (t1, t2, t2d, t3, t4, t5), engine.drain_events())
+                if rank == 0:
+                    for record in engine.drain_rounds():
+                        writer.round(**record)
                 step += 1
             train_seconds += time.perf_counter() - epoch_start
             last_top1, last_loss = evaluate(engine.module, data, comm, device)
@@ -165,21 +186,31 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     finally:
         engine.close()
 
+    return make_outcome(spec, comm, model, steps=step, samples=samples_seen, train_seconds=train_seconds,
+                        wall_start=wall_start, phases=phases, top1=last_top1, loss=last_loss,
+                        global_batch=sampler.global_batch_size)
+
+
+def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps: int, samples: int,
+                 train_seconds: float, wall_start: float, phases: dict[str, float], top1: float, loss: float,
+                 global_batch: int) -> TrainOutcome:
+    """The run summary: throughput is global samples over the slowest rank's training time."""
     slowest = comm.allreduce(train_seconds, op=MPI.MAX)
-    rank_summary = {"steps": step, "train_seconds": train_seconds,
+    rank_summary = {"steps": steps, "train_seconds": train_seconds,
                     **{f"{k}_seconds": v for k, v in phases.items()}}
     summary = {
         "status": "done",
-        "world_size": size,
-        "steps": step,
+        "world_size": comm.Get_size(),
+        "steps": steps,
         "epochs": spec.epochs,
-        "global_batch_size": sampler.global_batch_size,
-        "samples": samples_seen,
+        "global_batch_size": global_batch,
+        "samples": samples,
         "train_seconds": slowest,
         "wall_seconds": time.perf_counter() - wall_start,
-        "throughput": samples_seen / slowest if slowest > 0 else float("nan"),
-        "final_top1": last_top1,
-        "final_loss": last_loss,
+        "throughput": samples / slowest if slowest > 0 else float("nan"),
+        "steps_per_second": steps / slowest if slowest > 0 else float("nan"),
+        "final_top1": top1,
+        "final_loss": loss,
         "rank_summary": rank_summary,
     }
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
@@ -193,8 +224,10 @@ def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: flo
     def at(t: float) -> float:
         return t_start + (t - t0)
 
-    t1, t2, t3, t4, t5 = marks
-    for phase, a, b in (("forward", t1, t2), ("backward", t2, t3), ("wait", t3, t4), ("update", t4, t5)):
-        writer.event(step=step, tensor="-", phase=phase, t0=at(a), t1=at(b), bytes=0)
+    t1, t2, t2d, t3, t4, t5 = marks
+    for phase, a, b in (("forward", t1, t2), ("delay", t2, t2d), ("backward", t2d, t3), ("wait", t3, t4),
+                        ("update", t4, t5)):
+        if b > a or phase != "delay":
+            writer.event(step=step, tensor="-", phase=phase, t0=at(a), t1=at(b), bytes=0)
     for event in engine_events:
         writer.event(**event)

@@ -16,8 +16,12 @@ def build_gradient_sync(name: str, model: nn.Module, comm: MPI.Comm, options: Sy
         from .ddp import TorchDDP as cls
     elif name == "horovod":
         from .horovod import HorovodReference as cls
+    elif name in ("eager_solo", "eager_majority"):
+        from .eager import EagerSGD
+
+        return EagerSGD(model, comm, options, mode=name.split("_", 1)[1])
     else:
-        raise ValueError(f"algorithm={name!r} is unknown; known: sync, ddp, horovod")
+        raise ValueError(f"algorithm={name!r} is unknown; known: sync, ddp, horovod, eager_solo, eager_majority")
     return cls(model, comm, options)
 
 

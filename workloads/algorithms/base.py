@@ -20,6 +20,9 @@ class SyncOptions:
     timeline: bool = False
     clock: Callable[[], float] = None  # type: ignore[assignment]
     device: str = "cpu"
+    seed: int = 0
+    sync_every: int = 10
+    total_steps: int = 0
 
 
 class GradientSync(ABC):
@@ -63,6 +66,10 @@ class GradientSync(ABC):
 
     def drain_events(self) -> list[dict[str, Any]]:
         """Timeline events recorded by the engine since the last call."""
+        return []
+
+    def drain_rounds(self) -> list[dict[str, Any]]:
+        """Per-round records of partial collectives since the last call (eager-SGD)."""
         return []
 
     def close(self) -> None:

@@ -1,0 +1,135 @@
+"""``async_ps``: asynchronous centralized SGD with a parameter server (eager-SGD's other baseline).
+
+Rank 0 is the server: it holds the model and the optimizer, applies each worker's
+gradient the moment it arrives, and answers with the current weights. Ranks
+1..P-1 are workers: pull weights, compute a gradient on their share of the data,
+push it, repeat, never waiting for each other. Each update carries one worker's
+batch, so the learning rate is divided by the number of workers to keep the step
+per sample comparable with synchronous SGD on the global batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from ..clock import AlignedClock
+from ..data import Dataset, GlobalBatchSampler
+from ..imbalance import DelayInjector
+from ..metrics import MetricsWriter
+from ..spec import RunSpec
+
+GRAD_TAG, PARAMS_TAG = 11, 12
+SERVER = 0
+
+
+def _evaluate_here(model: nn.Module, data: Dataset, batch: int = 512) -> tuple[float, float]:
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    with torch.no_grad():
+        for lo in range(0, len(data.x_test), batch):
+            x, y = data.x_test[lo:lo + batch], data.y_test[lo:lo + batch]
+            logits = model(x)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
+    model.train()
+    return correct / len(data.x_test), loss_sum / len(data.x_test)
+
+
+def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
+                   data: Dataset, model: nn.Module, delays: DelayInjector):
+    from ..train import make_outcome
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        raise ValueError("algorithm=async_ps needs at least 2 ranks: one server and one worker")
+    workers = size - 1
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = parameters_to_vector(params).detach().contiguous()
+    comm.Bcast(flat.numpy(), root=SERVER)
+    vector_to_parameters(flat, params)
+    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, max(rank - 1, 0), workers, spec.seed,
+                                 spec.steps_per_epoch)
+    steps_per_epoch = sampler.steps_per_epoch()
+    phases = {"data": 0.0, "forward": 0.0, "delay": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
+    top1 = loss_value = float("nan")
+    comm.Barrier()
+    wall_start = time.perf_counter()
+    step = 0
+
+    if rank == SERVER:
+        optimizer = torch.optim.SGD(params, lr=spec.lr / workers, momentum=spec.momentum)
+        grad = np.empty(flat.numel(), dtype=np.float32)
+        status = MPI.Status()
+        per_epoch = workers * steps_per_epoch
+        for update in range(per_epoch * spec.epochs):
+            t0 = time.perf_counter()
+            comm.Recv(grad, source=MPI.ANY_SOURCE, tag=GRAD_TAG, status=status)
+            t1 = time.perf_counter()
+            offset = 0
+            for p in params:
+                p.grad = torch.from_numpy(grad[offset:offset + p.numel()].copy()).view_as(p)
+                offset += p.numel()
+            optimizer.step()
+            flat = parameters_to_vector(params).detach().contiguous()
+            comm.Send(flat.numpy(), dest=status.Get_source(), tag=PARAMS_TAG)
+            phases["comm_wait"] += t1 - t0
+            phases["update"] += time.perf_counter() - t1
+            if (update + 1) % per_epoch == 0:
+                epoch = update // per_epoch
+                top1, loss_value = _evaluate_here(model, data)
+                writer.eval(epoch=epoch, wall=time.perf_counter() - wall_start, top1=top1, loss=loss_value,
+                            samples_seen=(update + 1) * spec.batch_size)
+        step = per_epoch * spec.epochs
+        train_seconds = time.perf_counter() - wall_start
+    else:
+        grad_flat = torch.zeros(flat.numel(), dtype=torch.float32)
+        train_seconds = 0.0
+        for epoch in range(spec.epochs):
+            epoch_start = time.perf_counter()
+            for idx in sampler.epoch(epoch):
+                t_start = clock.now()
+                t0 = time.perf_counter()
+                x, y = data.x_train[idx], data.y_train[idx]
+                t1 = time.perf_counter()
+                for p in params:
+                    p.grad = None
+                loss = F.cross_entropy(model(x), y)
+                t2 = time.perf_counter()
+                d = delays.seconds(step, rank)
+                if d:
+                    time.sleep(d)
+                t2d = time.perf_counter()
+                loss.backward()
+                t3 = time.perf_counter()
+                offset = 0
+                for p in params:
+                    grad_flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+                    offset += p.numel()
+                comm.Send(grad_flat.numpy(), dest=SERVER, tag=GRAD_TAG)
+                comm.Recv(flat.numpy(), source=SERVER, tag=PARAMS_TAG)
+                t4 = time.perf_counter()
+                vector_to_parameters(flat, params)
+                t5 = time.perf_counter()
+                timings = {"data": t1 - t0, "forward": t2 - t1, "delay": t2d - t2, "backward": t3 - t2d,
+                           "comm_wait": t4 - t3, "update": t5 - t4}
+                for k, v in timings.items():
+                    phases[k] += v
+                writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
+                step += 1
+            train_seconds += time.perf_counter() - epoch_start
+    # every rank ends with the server's model, so final weights and accuracy are the server's
+    flat = parameters_to_vector(params).detach().contiguous()
+    comm.Bcast(flat.numpy(), root=SERVER)
+    vector_to_parameters(flat, params)
+    top1, loss_value = comm.bcast((top1, loss_value), root=SERVER)
+    worker_steps = comm.bcast(steps_per_epoch * spec.epochs, root=SERVER)
+    return make_outcome(spec, comm, model, steps=worker_steps, samples=worker_steps * workers * spec.batch_size,
+                        train_seconds=train_seconds, wall_start=wall_start, phases=phases, top1=top1,
+                        loss=loss_value, global_batch=workers * spec.batch_size)

@@ -1,0 +1,55 @@
+"""Load imbalance injected into training steps, identical for every algorithm.
+
+- ``injected`` (eager-SGD's scheme): each step an RNG seeded identically on all ranks
+  picks ``ranks`` ranks, which sleep ``delay_ms``;
+- ``fixed``: one rank (``rank``, default the last) sleeps ``delay_ms`` every step;
+- ``exponential`` / ``lognormal``: every rank sleeps a random time with mean
+  ``delay_ms`` (log-normal with shape ``sigma``), drawn per step and rank;
+- ``inherent``: no sleep; the work itself varies (an LSTM over sequences of
+  long-tailed lengths, see ``workloads.data``).
+
+The sleep happens between forward and backward, before any gradient exists, so an
+engine that starts communicating during backward cannot hide it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
+
+
+@dataclass(frozen=True)
+class DelayInjector:
+    kind: str
+    ranks: int
+    delay_ms: float
+    rank: int
+    sigma: float
+    seed: int
+    world_size: int
+
+    def seconds(self, step: int, rank: int) -> float:
+        d = self.delay_ms / 1000.0
+        if self.kind in ("none", "inherent") or d <= 0:
+            return 0.0
+        if self.kind == "injected":
+            chosen = np.random.default_rng([self.seed, step, 99]).choice(
+                self.world_size, size=min(self.ranks, self.world_size), replace=False)
+            return d if rank in chosen else 0.0
+        if self.kind == "fixed":
+            return d if rank == self.rank % self.world_size else 0.0
+        rng = np.random.default_rng([self.seed, step, rank, 98])
+        if self.kind == "exponential":
+            return float(rng.exponential(d))
+        if self.kind == "lognormal":
+            mu = math.log(d) - self.sigma ** 2 / 2.0  # mean exp(mu + sigma^2/2) = d
+            return float(rng.lognormal(mu, self.sigma))
+        raise ValueError(f"imbalance.kind={self.kind!r} is unknown; known: {', '.join(KINDS)}")
+
+    def expected_slowest_extra(self) -> float:
+        """Mean extra seconds per step of a job whose speed is its slowest rank (injected/fixed)."""
+        return self.delay_ms / 1000.0 if self.kind in ("injected", "fixed") else float("nan")
