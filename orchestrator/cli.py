@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 USAGE = """scalestudy <command> [options]
 
 commands:
-  sweep [--rerun] [KEY=VALUE ...]   run a study's sweep (Hydra overrides; see README)
+  sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
+                                    run a study's sweep (Hydra overrides; see README)
   status [--study S]                runs per study: pending, running, done, failed
   query [--study S] [--where EXPR]  one row per run, as a table, CSV or JSON
   sites                             the site configs this install knows
@@ -47,11 +49,14 @@ def _sweep(argv: Sequence[str]) -> int:
     from .app import sweep_job
     from .errors import ConfigError, ScalestudyError
 
+    args = list(argv)
+    if "--detach" in args:
+        return _detach([a for a in args if a != "--detach"])
     full_errors = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    args = list(argv)
-    if "--rerun" in args:
-        args = [a for a in args if a != "--rerun"] + ["rerun=true"]
+    for flag, override in (("--rerun", "rerun=true"), ("--dry-run", "dry_run=true")):
+        if flag in args:
+            args = [a for a in args if a != flag] + [override]
     hydra_flags = {"-m", "--multirun", "--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion"}
     if not hydra_flags.intersection(args):
         args = ["--multirun", *args]
@@ -66,6 +71,24 @@ def _sweep(argv: Sequence[str]) -> int:
             return 2 if isinstance(exc, ConfigError) else 1
         print(f"scalestudy: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _detach(args: list[str]) -> int:
+    """Run the sweep in a background driver that outlives this shell; its state lives in the DB."""
+    import subprocess
+    import time
+
+    if "--dry-run" in args:
+        return _fail("--detach and --dry-run together make no sense: a dry run submits nothing")
+    logs = Path(".scalestudy") / "sweeps"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = (logs / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log").absolute()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", *args], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd())
+    print(f"sweep detached: driver pid {proc.pid}, log {log_path}")
+    print("follow it with `scalestudy status`; running the same sweep again resumes what no live sweep drives")
     return 0
 
 

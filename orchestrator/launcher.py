@@ -46,6 +46,7 @@ class SweepJob:
     output_dir: Path
     num_nodes: int = 1
     ranks_per_node: int = 1
+    launcher_options: str = ""
 
 
 class SweepObserver(Protocol):
@@ -60,6 +61,9 @@ class SweepObserver(Protocol):
 
     def close(self, results: Sequence[JobReturn]) -> None:
         """Called once all jobs ended (or the sweep was interrupted)."""
+
+    # Optional: ``launcher_options(job) -> str``, extra MPI launcher flags for one job
+    # (e.g. the binding flags its threads per rank call for).
 
 
 def _run_hydra_job(payload: bytes, parsl_resource_specification: Optional[dict] = None) -> bytes:
@@ -96,8 +100,10 @@ def _positive_int(value: Any, what: str) -> int:
 
 class ParslLauncher(Launcher):
     def __init__(self, site: str = "local", num_nodes: Any = 1, ranks_per_node: Any = 1,
-                 launcher_options: str = "", observer: Optional[str] = None, poll_seconds: float = 0.5) -> None:
+                 launcher_options: str = "", observer: Optional[str] = None, poll_seconds: float = 0.5,
+                 account: Optional[str] = None, queue: Optional[str] = None, walltime: Optional[str] = None) -> None:
         self.site = site
+        self.site_overrides = {"account": account, "queue": queue, "walltime": walltime}
         self.launcher_options = launcher_options
         self.observer_path = observer
         self.poll_seconds = poll_seconds
@@ -127,9 +133,11 @@ class ParslLauncher(Launcher):
             jobs.append(SweepJob(idx=idx, overrides=list(overrides), config=config, output_dir=sweep_dir / subdir))
         return jobs
 
-    def _size(self, job: SweepJob) -> None:
+    def _size(self, job: SweepJob, site, observer) -> None:
         job.num_nodes = _positive_int(OmegaConf.select(job.config, "hydra.launcher.num_nodes"), "num_nodes")
         job.ranks_per_node = _positive_int(OmegaConf.select(job.config, "hydra.launcher.ranks_per_node"), "ranks_per_node")
+        extra = observer.launcher_options(job) if observer is not None and hasattr(observer, "launcher_options") else ""
+        job.launcher_options = " ".join(x for x in (site.launcher_options, self.launcher_options, extra) if x)
 
     def _make_observer(self) -> Optional[SweepObserver]:
         if not self.observer_path:
@@ -142,8 +150,8 @@ class ParslLauncher(Launcher):
         import parsl
         from parsl.app.python import PythonApp
 
-        from .parsl_config import build_parsl_config
-        from .sites import load_site
+        from .parsl_config import build_parsl_config, executor_label
+        from .sites import load_site, with_overrides
 
         setup_globals()
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -151,16 +159,16 @@ class ParslLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
 
         jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
+        site = with_overrides(load_site(self.site), **self.site_overrides)
         observer = self._make_observer()
         submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
         for job, go in zip(jobs, submit):
             if go:
-                self._size(job)
-        site = load_site(self.site)
+                self._size(job, site, observer)
         to_run = [j for j, go in zip(jobs, submit) if go]
         results: dict[int, JobReturn] = {j.idx: self._skipped_return(j) for j, go in zip(jobs, submit) if not go}
         if not to_run:
-            log.info("Nothing to launch: all %d jobs are already done", len(jobs))
+            log.info("Nothing to launch (%d jobs: done, in progress elsewhere, or a dry run)", len(jobs))
             if observer:
                 observer.close([results[j.idx] for j in jobs])
             return [results[j.idx] for j in jobs]
@@ -171,17 +179,18 @@ class ParslLauncher(Launcher):
             log.info("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
                      job.num_nodes, job.ranks_per_node)
 
-        dfk = parsl.load(build_parsl_config(site, sweep_dir / ".parsl"))
+        dfk = parsl.load(build_parsl_config(site, sweep_dir / ".parsl", [j.num_nodes for j in to_run]))
         try:
-            app = PythonApp(_run_hydra_job, data_flow_kernel=dfk, executors=[site.name])
+            apps = {n: PythonApp(_run_hydra_job, data_flow_kernel=dfk, executors=[executor_label(site, n)])
+                    for n in {j.num_nodes for j in to_run}}
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
             for job in to_run:
                 payload = cloudpickle.dumps((self.hydra_context, job.config, self.task_function, singleton_state))
                 spec = {"num_nodes": job.num_nodes, "ranks_per_node": job.ranks_per_node}
-                if self.launcher_options:
-                    spec["launcher_options"] = self.launcher_options
-                futures[app(payload, parsl_resource_specification=spec)] = job
+                if job.launcher_options:
+                    spec["launcher_options"] = job.launcher_options
+                futures[apps[job.num_nodes](payload, parsl_resource_specification=spec)] = job
             pending = set(futures)
             while pending:
                 done, pending = concurrent.futures.wait(pending, timeout=self.poll_seconds,

@@ -35,6 +35,10 @@ def workload_command(spec: RunSpec, spec_path: Path) -> list[str]:
     return [*launch_prefix(spec), sys.executable, "-m", "workloads", str(spec_path)]
 
 
+def workload_command_after_prefix(spec_path: Path) -> str:
+    return shlex.join([sys.executable, "-m", "workloads", str(spec_path)])
+
+
 def _reason(path: Path, lines: int = 3) -> str:
     """The workload's own one-line error if it printed one, else the log's last lines."""
     try:

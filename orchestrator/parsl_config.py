@@ -1,9 +1,13 @@
 """From a ``SiteConfig`` to a Parsl ``Config``: the only place that knows Parsl's classes.
 
-Every site uses ``MPIExecutor``, so every run gets ``$PARSL_MPI_PREFIX`` sized from
-its own resource specification and one sweep can mix node counts. On a machine with
-no scheduler Parsl finds no node list; a nodefile of ``localhost`` lines exported as
-``PBS_NODEFILE`` gives it one, and every virtual node is this host.
+Every site uses ``MPIExecutor``, so each run gets ``$PARSL_MPI_PREFIX`` sized from
+its own resource specification. A sweep gets one executor per node count it needs
+(blocks of exactly that many nodes, started on demand), so one sweep can mix node
+counts without holding a large allocation for small runs.
+
+On a machine with no scheduler Parsl finds no node list; a nodefile of
+``localhost`` lines exported as ``PBS_NODEFILE`` gives it one, and every virtual
+node is this host.
 """
 
 from __future__ import annotations
@@ -12,14 +16,22 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from parsl.config import Config
 from parsl.executors import MPIExecutor
+from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 from parsl.launchers import SimpleLauncher
-from parsl.providers import LocalProvider
+from parsl.providers import LocalProvider, PBSProProvider, SlurmProvider
 
-from .sites import SiteConfig
+from .providers import CobaltProvider
+from .sites import SiteConfig, walltime_seconds
+
+
+# Parsl's own log goes to its run folder (runinfo/), not through Hydra's console handlers.
+logging.getLogger("parsl").propagate = False
 
 
 def _env_bin_dir() -> str:
@@ -35,27 +47,105 @@ def _put_env_on_path() -> None:
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"
 
 
-def build_parsl_config(site: SiteConfig, run_dir: Path) -> Config:
+def executor_label(site: SiteConfig, nodes: int) -> str:
+    return f"{site.name}-{nodes}n"
+
+
+def binding_flags(site: SiteConfig, threads_per_rank: int) -> str:
+    """Launcher flags that give each rank its share of a node's cores."""
+    if site.mpi_launcher == "srun":
+        return f"--cpus-per-task={threads_per_rank}"
+    if site.mpi_launcher == "aprun":
+        return f"-d {threads_per_rank} -cc depth -j {site.threads_per_core}"
+    if site.provider == "pbspro":  # Cray PALS mpiexec (Polaris)
+        return f"--depth={threads_per_rank} --cpu-bind=depth"
+    return ""  # MPICH's hydra on this host: no pinning, ranks share the cores
+
+
+def worker_init(site: SiteConfig, run_dir: Path) -> str:
+    lines = []
+    if site.provider == "local":
+        nodefile = run_dir / "nodefile"
+        nodefile.write_text("localhost\n" * site.max_nodes)
+        lines.append(f"export PBS_NODEFILE={shlex.quote(str(nodefile))}")
+    lines.append(f"export PATH={shlex.quote(_env_bin_dir())}:\"$PATH\"")
+    lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
+    return "\n".join(lines)
+
+
+def make_provider(site: SiteConfig, nodes: int, init: str):
+    directives = list(site.scheduler_options)
+    if site.provider == "local":
+        return LocalProvider(nodes_per_block=1, init_blocks=0, min_blocks=0, max_blocks=1,
+                             launcher=SimpleLauncher(), worker_init=init)
+    if site.provider == "slurm":
+        # --no-requeue: a job killed with its node fails the task (Parsl retries) instead of hanging in requeue
+        options = "\n".join(f"#SBATCH {d}" for d in ["--no-requeue", *directives])
+        return SlurmProvider(partition=site.partition or None, account=site.account or None,
+                             nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=1,
+                             walltime=site.walltime, scheduler_options=options, worker_init=init,
+                             launcher=SimpleLauncher(), exclusive=True, cmd_timeout=30)
+    if site.provider == "pbspro":
+        options = "\n".join(f"#PBS {d}" for d in directives)
+        return PBSProProvider(account=site.account or None, queue=site.partition or None, scheduler_options=options,
+                              worker_init=init, nodes_per_block=nodes, cpus_per_node=site.cores_per_node,
+                              init_blocks=0, min_blocks=0, max_blocks=1, walltime=site.walltime,
+                              launcher=SimpleLauncher(), cmd_timeout=60)
+    if site.provider == "cobalt":
+        options = "\n".join(f"#COBALT {d}" for d in directives)
+        return CobaltProvider(account=site.account or None, queue=site.partition or None, scheduler_options=options,
+                              worker_init=init, nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=1,
+                              walltime=site.walltime, launcher=SimpleLauncher())
+    raise ValueError(f"provider {site.provider!r}")  # the site loader refuses others
+
+
+def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[int]) -> Config:
     """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     _put_env_on_path()
-    logging.getLogger("parsl").propagate = False
-    if site.provider != "local":  # the loader already refused it; keep the two in step
-        raise NotImplementedError(f"provider {site.provider!r}")
-    nodefile = run_dir / "nodefile"
-    nodefile.write_text("localhost\n" * site.max_nodes)
-    worker_init = "\n".join(line for line in (
-        f"export PBS_NODEFILE={shlex.quote(str(nodefile))}",
-        f"export PATH={shlex.quote(_env_bin_dir())}:\"$PATH\"",
-        site.worker_init,
-    ) if line)
-    provider = LocalProvider(
-        nodes_per_block=1, init_blocks=1, min_blocks=0, max_blocks=1,
-        launcher=SimpleLauncher(), worker_init=worker_init,
-    )
-    executor = MPIExecutor(
-        label=site.name, provider=provider, mpi_launcher=site.mpi_launcher,
-        max_workers_per_block=site.max_concurrent_runs, address="127.0.0.1",
-        heartbeat_period=5, heartbeat_threshold=30,
-    )
-    return Config(executors=[executor], run_dir=str(run_dir / "runinfo"), strategy_period=1)
+    init = worker_init(site, run_dir)
+    local = site.provider == "local"
+    executors = [
+        MPIExecutor(label=executor_label(site, n), provider=make_provider(site, n, init),
+                    mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
+                    address="127.0.0.1" if local or site.name.startswith("local") else None,
+                    heartbeat_period=5 if local else 15, heartbeat_threshold=30 if local else 120)
+        for n in sorted(set(node_counts))
+    ]
+    return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
+
+
+def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[str, str]:
+    """The batch script and submit command the site's provider would use, without submitting.
+
+    Runs the real provider's ``submit`` with its command runner swapped for one that
+    records the command and answers like the scheduler would.
+    """
+    provider = make_provider(site, nodes, worker_init(site, run_dir))
+    if site.provider == "local":
+        return "(no batch script: the local site runs the worker pool directly)\n" + provider.worker_init, "-"
+    seen: list[str] = []
+    replies = {"slurm": "Submitted batch job 0", "pbspro": "0.dry-run", "cobalt": "0"}
+
+    def record(cmd: str, timeout: int | None = None):
+        seen.append(cmd)
+        return 0, replies[site.provider], ""
+
+    provider.execute_wait = record
+    with tempfile.TemporaryDirectory() as tmp:
+        provider.script_dir = tmp
+        provider.submit("process_worker_pool.py ...  # Parsl's worker pool; addresses are filled in at submission",
+                        1, job_name=f"parsl.{executor_label(site, nodes)}.block-0")
+        script = next(p for p in Path(tmp).iterdir() if not p.name.endswith((".stdout", ".stderr")))
+        return script.read_text(), seen[0] if seen else "-"
+
+
+def preview_launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_options: str) -> str:
+    """``$PARSL_MPI_PREFIX`` for a run, composed by Parsl itself on placeholder node names."""
+    spec = {"num_nodes": nodes, "ranks_per_node": ranks_per_node, "num_ranks": nodes * ranks_per_node,
+            "launcher_options": launcher_options}
+    return compose_all(site.mpi_launcher, spec, [f"node{i}" for i in range(nodes)])["PARSL_MPI_PREFIX"].strip()
+
+
+def node_hours(site: SiteConfig, nodes: int) -> float:
+    return nodes * walltime_seconds(site.walltime) / 3600.0

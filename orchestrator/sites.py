@@ -1,14 +1,19 @@
 """Sites as data: load and validate ``site_configs/<name>.yaml``.
 
 A site says how a machine is reached (provider, MPI launcher, account, queue) and
-what it allows (max nodes). It is validated in full at load, before any run is
-built, so that a typo fails on the login node and not in a batch job hours later.
+what it allows (max nodes, max walltime). It is validated in full at load, before
+any run is built, so that a typo fails on the login node and not in a batch job
+hours later. Every value that ends up in a batch script or a shell command is held
+to a strict form here: names are plain words, flags are plain flags, and
+``worker_init`` commands may expand ``$VAR`` but may not chain, redirect, pipe or
+substitute commands.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,9 +22,16 @@ import yaml
 
 from .errors import ConfigError
 
-PROVIDERS = ("local",)
+PROVIDERS = ("local", "slurm", "pbspro", "cobalt")
 MPI_LAUNCHERS = ("mpiexec", "srun", "aprun")
 _NOT_SITES = {"template"}
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
+WALLTIME_RE = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
+# one shell word: plain characters, or $VAR / ${VAR} references; no quotes, no globs
+WORD_RE = re.compile(r"^(?:[A-Za-z0-9_./:=@%+,~-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+$")
+FLAG_RE = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.:=,/@+-]*$")
+DIRECTIVE_WORD_RE = re.compile(r"^[A-Za-z0-9_./:=@%+,-]+$")
 
 
 @dataclass(frozen=True)
@@ -30,8 +42,28 @@ class SiteConfig:
     cores_per_node: int
     max_nodes: int
     description: str = ""
+    launcher_options: str = ""
+    partition: str = ""          # Slurm partition; PBS Pro / Cobalt queue (alias: queue)
+    account: str = ""
+    threads_per_core: int = 1
+    walltime: str = "01:00:00"
+    max_walltime: str = ""
     max_concurrent_runs: int = 1
-    worker_init: str = ""
+    scheduler_options: tuple[str, ...] = field(default_factory=tuple)
+    worker_init: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def queue(self) -> str:
+        return self.partition
+
+    @property
+    def max_threads_per_node(self) -> int:
+        return self.cores_per_node * self.threads_per_core
+
+
+def walltime_seconds(value: str) -> int:
+    h, m, s = (int(x) for x in WALLTIME_RE.match(value).groups())
+    return h * 3600 + m * 60 + s
 
 
 def _site_dir() -> Path:
@@ -48,14 +80,67 @@ def _site_path(name: str) -> Path:
         if not path.is_file():
             raise ConfigError("site", name, "no such site file")
         return path
-    if name in _NOT_SITES or not (_site_dir() / f"{name}.yaml").is_file():
+    if name in _NOT_SITES or not NAME_RE.match(name) or not (_site_dir() / f"{name}.yaml").is_file():
         raise ConfigError("site", name, f"unknown site; known: {', '.join(known_sites())} (or a path to a YAML file)")
     return _site_dir() / f"{name}.yaml"
 
 
-def _positive_int(field: str, value: Any) -> int:
+# -- value checks (also used for command-line overrides of account, queue, walltime) ---------
+
+def check_name(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ConfigError(field_name, value, "expected a plain name (letters, digits, '_', '.', '@', '+', '-')")
+    return value
+
+
+def check_walltime(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not WALLTIME_RE.match(value):
+        raise ConfigError(field_name, value, "expected HH:MM:SS")
+    return value
+
+
+def check_flags(field_name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(field_name, value, "expected a string of flags")
+    for word in value.split():
+        if not FLAG_RE.match(word):
+            raise ConfigError(field_name, value, f"{word!r} is not a plain flag (like --mpi=pmi2)")
+    return " ".join(value.split())
+
+
+def check_command(field_name: str, value: Any) -> str:
+    """A worker_init command: plain words and $VAR references, nothing the shell would chain or run."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(field_name, value, "expected a command")
+    for word in value.split():
+        if not WORD_RE.match(word):
+            raise ConfigError(field_name, value, f"{word!r} holds shell metacharacters (; | & < > ` $( ) quotes "
+                                                 "globs or newlines are refused; one command per item)")
+    return " ".join(value.split())
+
+
+def check_directive(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(field_name, value, "expected a scheduler directive")
+    words = value.split()
+    if not FLAG_RE.match(words[0]) or not all(DIRECTIVE_WORD_RE.match(w) for w in words[1:]):
+        raise ConfigError(field_name, value, "expected flags like --constraint=cpu or -l filesystems=home")
+    return " ".join(words)
+
+
+def _positive_int(field_name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(field, value, "expected an integer >= 1")
+        raise ConfigError(field_name, value, "expected an integer >= 1")
+    return value
+
+
+def _list(field_name: str, value: Any) -> list:
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ConfigError(field_name, value, "expected a list")
     return value
 
 
@@ -67,22 +152,52 @@ def load_site(name: str) -> SiteConfig:
         raise ConfigError("site", str(path), f"not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(raw, dict):
         raise ConfigError("site", str(path), "expected a mapping of settings")
-    site_name = path.stem
-    fields = {f.name: f for f in dataclasses.fields(SiteConfig)}
+    if "queue" in raw:
+        if "partition" in raw:
+            raise ConfigError("site.queue", raw["queue"], f"give queue or partition in {path.name}, not both")
+        raw["partition"] = raw.pop("queue")
+    fields = {f.name: f for f in dataclasses.fields(SiteConfig) if f.name != "name"}
     for key in raw:
-        if key not in fields or key == "name":
-            raise ConfigError(f"site.{key}", raw[key], f"unknown key in {path.name}; known: {', '.join(k for k in fields if k != 'name')}")
-    for f in dataclasses.fields(SiteConfig):
-        if f.name != "name" and f.default is dataclasses.MISSING and f.name not in raw:
+        if key not in fields:
+            raise ConfigError(f"site.{key}", raw[key], f"unknown key in {path.name}; known: {', '.join(fields)}, queue")
+    for f in fields.values():
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in raw:
             raise ConfigError(f"site.{f.name}", None, f"required in {path.name}")
     if raw["provider"] not in PROVIDERS:
         raise ConfigError("site.provider", raw["provider"], f"unsupported; known: {', '.join(PROVIDERS)}")
     if raw["mpi_launcher"] not in MPI_LAUNCHERS:
         raise ConfigError("site.mpi_launcher", raw["mpi_launcher"], f"unsupported; known: {', '.join(MPI_LAUNCHERS)}")
-    for key in ("cores_per_node", "max_nodes", "max_concurrent_runs"):
+    for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:
             _positive_int(f"site.{key}", raw[key])
-    for key in ("description", "worker_init"):
-        if key in raw and not isinstance(raw[key], str):
-            raise ConfigError(f"site.{key}", raw[key], "expected a string")
-    return SiteConfig(name=site_name, **raw)
+    if "description" in raw and not isinstance(raw["description"], str):
+        raise ConfigError("site.description", raw["description"], "expected a string")
+    for key in ("partition", "account"):
+        if raw.get(key):
+            check_name(f"site.{key}", raw[key])
+    for key in ("walltime", "max_walltime"):
+        if raw.get(key):
+            check_walltime(f"site.{key}", raw[key])
+    if raw.get("walltime") and raw.get("max_walltime") and \
+            walltime_seconds(raw["walltime"]) > walltime_seconds(raw["max_walltime"]):
+        raise ConfigError("site.walltime", raw["walltime"], f"exceeds max_walltime {raw['max_walltime']}")
+    if "launcher_options" in raw:
+        raw["launcher_options"] = check_flags("site.launcher_options", raw["launcher_options"] or "")
+    raw["worker_init"] = tuple(check_command("site.worker_init", c) for c in _list("site.worker_init", raw.get("worker_init")))
+    raw["scheduler_options"] = tuple(check_directive("site.scheduler_options", d)
+                                     for d in _list("site.scheduler_options", raw.get("scheduler_options")))
+    return SiteConfig(name=path.stem, **raw)
+
+
+def with_overrides(site: SiteConfig, account: Any = None, queue: Any = None, walltime: Any = None) -> SiteConfig:
+    """The site with the sweep's own account, queue or walltime (validated like the site's)."""
+    changes: dict[str, Any] = {}
+    if account is not None:
+        changes["account"] = check_name("account", account)
+    if queue is not None:
+        changes["partition"] = check_name("queue", queue)
+    if walltime is not None:
+        changes["walltime"] = check_walltime("walltime", walltime)
+        if site.max_walltime and walltime_seconds(walltime) > walltime_seconds(site.max_walltime):
+            raise ConfigError("walltime", walltime, f"site {site.name} allows at most {site.max_walltime}")
+    return dataclasses.replace(site, **changes) if changes else site

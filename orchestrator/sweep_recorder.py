@@ -2,14 +2,20 @@
 
 Before anything is submitted it validates every job (one bad value stops the whole
 sweep), checks the sweep targets one site and one study, and records each run as
-pending — or skips it when the same run_key is already done. While jobs run it
-marks them running as their spec files appear; as each ends it ingests the metrics
-(this process is the database's only writer) or records the failure.
+pending under this driver — or skips it when the same run_key is already done or is
+being driven by another live sweep. While jobs run it keeps their heartbeat fresh
+and marks them running as their spec files appear; as each ends it ingests the
+metrics (this process is the database's only writer) or records the failure.
+With ``dry_run`` it prints what would be submitted and records nothing.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import tempfile
 import time
+from pathlib import Path
 from typing import Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -18,14 +24,24 @@ from rich.console import Console
 
 from results_db import connect
 from results_db.ingest import IngestError, ingest_run
-from results_db.runs import PlannedRun, mark_failed, mark_running, register_runs
+from results_db.runs import PlannedRun, heartbeat, mark_failed, mark_running, register_runs
 from results_db.store import safe_url
+from workloads.spec import RunSpec
 
 from .errors import ConfigError
 from .launcher import SweepJob
 from .mpi_run import SPEC_FILE
+from .progress import SweepProgress
 from .runspec import build_run_spec, run_key
-from .sites import load_site
+from .sites import SiteConfig, load_site, with_overrides
+
+HEARTBEAT_EVERY = 5.0
+
+
+def sweep_site(config: DictConfig) -> SiteConfig:
+    site = load_site(OmegaConf.select(config, "site"))
+    return with_overrides(site, account=OmegaConf.select(config, "account"), queue=OmegaConf.select(config, "queue"),
+                          walltime=OmegaConf.select(config, "walltime"))
 
 
 class SweepRecorder:
@@ -33,47 +49,99 @@ class SweepRecorder:
         self.config = config
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.engine = None
+        self.site: SiteConfig | None = None
+        self.driver = f"{socket.gethostname()}:{os.getpid()}"
+        self.specs: dict[int, RunSpec] = {}
         self.run_ids: dict[int, int] = {}      # job idx -> run id
         self.labels: dict[int, str] = {}
         self.started: set[int] = set()
         self.submitted: set[int] = set()
         self.ended: set[int] = set()
-        self.counts = {"done": 0, "failed": 0, "skipped": 0}
-        self.total = 0
-        self.t0 = time.monotonic()
+        self.progress: SweepProgress | None = None
+        self._last_beat = 0.0
 
-    def before_submit(self, jobs: Sequence[SweepJob]) -> list[bool]:
+    # -- before anything is submitted ---------------------------------------------------
+
+    def _validate(self, jobs: Sequence[SweepJob]) -> list[RunSpec]:
         site_name = OmegaConf.select(self.config, "site")
-        site = load_site(site_name)
+        self.site = site = sweep_site(self.config)
         specs = []
         for job in jobs:
             job_site = OmegaConf.select(job.config, "site")
             if job_site != site_name:
                 raise ConfigError("site", job_site, f"one sweep runs on one site ({site_name}); sweep other sites in separate commands")
-            specs.append(build_run_spec(job.config, site))
+            spec = build_run_spec(job.config, site)
+            if spec.threads_per_node > site.max_threads_per_node:
+                raise ConfigError("threads_per_node", spec.threads_per_node,
+                                  f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
+            specs.append(spec)
         studies = {s.study for s in specs}
         if len(studies) > 1:
             raise ConfigError("study_name", sorted(studies), "one sweep records one study")
-        self.engine = connect(OmegaConf.select(self.config, "db_url"))
-        rerun = bool(OmegaConf.select(self.config, "rerun"))
-        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir)) for s, j in zip(specs, jobs)]
-        decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun)
-        submit = []
-        for job, spec, decision in zip(jobs, specs, decisions):
-            self.run_ids[job.idx] = decision.run_id
+        return specs
+
+    def before_submit(self, jobs: Sequence[SweepJob]) -> list[bool]:
+        specs = self._validate(jobs)
+        for job, spec in zip(jobs, specs):
+            self.specs[job.idx] = spec
             self.labels[job.idx] = (f"nodes={spec.nodes} workers_per_node={spec.workers_per_node} "
                                     f"threads_per_node={spec.threads_per_node} batch_size={spec.batch_size} "
                                     f"algorithm={spec.algorithm}")
+        if OmegaConf.select(self.config, "dry_run"):
+            self._print_dry_run(jobs, specs)
+            return [False] * len(jobs)
+        self.engine = connect(OmegaConf.select(self.config, "db_url"))
+        rerun = bool(OmegaConf.select(self.config, "rerun"))
+        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir)) for s, j in zip(specs, jobs)]
+        decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun, driver=self.driver)
+        submit = []
+        for job, decision in zip(jobs, decisions):
+            self.run_ids[job.idx] = decision.run_id
             submit.append(decision.submit)
             if decision.submit:
                 self.submitted.add(job.idx)
-            if not decision.submit:
-                self.counts["skipped"] += 1
-                self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done (run_key {decision.run_key}; --rerun forces)[/dim]")
-        self.total = len(jobs)
+            elif decision.reason == "done":
+                self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done "
+                                   f"(run_key {decision.run_key}; --rerun forces)[/dim]")
+            else:
+                self.console.print(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: in progress under sweep "
+                                   f"{decision.driver} (run_key {decision.run_key})[/yellow]")
         self.console.print(f"study [bold]{specs[0].study}[/bold]: {len(jobs)} runs, {sum(submit)} to launch on "
-                           f"site {site.name}; results in {safe_url(str(self.engine.url))}")
+                           f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
+        self.progress = SweepProgress(self.console, total=sum(submit))
         return submit
+
+    def launcher_options(self, job: SweepJob) -> str:
+        from .parsl_config import binding_flags
+
+        return binding_flags(self.site, self.specs[job.idx].threads_per_worker)
+
+    def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
+        from .parsl_config import binding_flags, node_hours, preview_batch_script, preview_launch_prefix
+        from .mpi_run import workload_command_after_prefix
+
+        site = self.site
+        out = Console(highlight=False, soft_wrap=True)
+        out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {specs[0].study} on site {site.name} "
+                  f"({site.provider}, {site.mpi_launcher}); nothing is submitted")
+        with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
+            for nodes in sorted({s.nodes for s in specs}):
+                script, submit_cmd = preview_batch_script(site, nodes, Path(scratch))
+                out.print(f"\n[bold]batch job for {nodes}-node runs[/bold] — submitted with: {submit_cmd}")
+                out.print(script.rstrip())
+        total = 0.0
+        out.print("")
+        for job, spec in zip(jobs, specs):
+            options = " ".join(x for x in (site.launcher_options, binding_flags(site, spec.threads_per_worker)) if x)
+            prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
+            hours = node_hours(site, spec.nodes)
+            total += hours
+            out.print(f"#{job.idx} {self.labels[job.idx]}\n    launch: {prefix} "
+                      f"{workload_command_after_prefix(job.output_dir / SPEC_FILE)}\n"
+                      f"    node-hours requested: {spec.nodes} x {site.walltime} = {hours:.2f}")
+        out.print(f"\ntotal node-hours requested: {total:.2f} (at most; runs of one node count share a batch job)")
+
+    # -- while jobs run ------------------------------------------------------------------
 
     def on_poll(self, running: Sequence[SweepJob]) -> None:
         newly = [j for j in running if j.idx not in self.started and (j.output_dir / SPEC_FILE).exists()]
@@ -81,42 +149,39 @@ class SweepRecorder:
             mark_running(self.engine, [self.run_ids[j.idx] for j in newly])
             for job in newly:
                 self.started.add(job.idx)
-                self.console.print(f"[cyan]start[/cyan] #{job.idx} {self.labels[job.idx]}")
+                self.progress.started(f"#{job.idx} {self.labels[job.idx]}")
+        now = time.monotonic()
+        if now - self._last_beat > HEARTBEAT_EVERY:
+            heartbeat(self.engine, [self.run_ids[j.idx] for j in running], self.driver)
+            self._last_beat = now
+        self.progress.refresh(running=len(self.started - self.ended))
 
     def on_job_end(self, job: SweepJob, result: JobReturn) -> None:
         self.ended.add(job.idx)
         run_id = self.run_ids[job.idx]
-        elapsed = time.monotonic() - self.t0
+        label = f"#{job.idx} {self.labels[job.idx]}"
+        running = len(self.started - self.ended)
         if result.status == JobStatus.COMPLETED:
+            value = result.return_value
             try:
-                ingest_run(self.engine, run_id, job.output_dir)
+                ingest_run(self.engine, run_id, job.output_dir, job_id=value.get("job_id"))
             except (IngestError, OSError, ValueError) as exc:
                 mark_failed(self.engine, run_id, f"ingestion failed: {exc}")
-                self.counts["failed"] += 1
-                self.console.print(f"[red]fail[/red]  #{job.idx} {self.labels[job.idx]}: ingestion failed: {exc}")
+                self.progress.failed(label, f"ingestion failed: {exc}", running)
                 return
-            self.counts["done"] += 1
-            res = result.return_value.get("result", {})
-            self.console.print(
-                f"[green]done[/green]  #{job.idx} {self.labels[job.idx]}: {res.get('throughput', float('nan')):.0f} samples/s, "
-                f"top-1 {res.get('final_top1', float('nan')):.3f}  [{self._progress(elapsed)}]"
-            )
+            res = value.get("result", {})
+            self.progress.done(label, f"{res.get('throughput', float('nan')):.0f} samples/s, "
+                                      f"top-1 {res.get('final_top1', float('nan')):.3f}", running)
         else:
             error = result._return_value
             mark_failed(self.engine, run_id, f"{type(error).__name__}: {error}")
-            self.counts["failed"] += 1
-            self.console.print(f"[red]fail[/red]  #{job.idx} {self.labels[job.idx]}: {error}  [{self._progress(elapsed)}]")
-
-    def _progress(self, elapsed: float) -> str:
-        finished = self.counts["done"] + self.counts["failed"]
-        launched = self.total - self.counts["skipped"]
-        left = launched - finished
-        eta = f", ~{elapsed / finished * left:.0f} s left" if finished and left else ""
-        return f"{finished}/{launched} finished, {self.counts['failed']} failed, {elapsed:.0f} s{eta}"
+            self.progress.failed(label, str(error), running)
 
     def close(self, results: Sequence[JobReturn]) -> None:
         if self.engine is None:
             return
+        if self.progress is not None:
+            self.progress.stop()
         for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
             mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
         from .report import SWEEP_COLUMNS, print_runs_table
@@ -126,3 +191,4 @@ class SweepRecorder:
             print_runs_table(self.engine, run_ids=run_ids, columns=SWEEP_COLUMNS,
                              title=f"study {OmegaConf.select(self.config, 'study_name')}: this sweep's runs")
         self.engine.dispose()
+

@@ -73,8 +73,11 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
             yield rec
 
 
-def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
-    """Load ``run_dir``'s metrics into run ``run_id``; False if it was ingested already."""
+def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None) -> bool:
+    """Load ``run_dir``'s metrics into run ``run_id``; False if it was ingested already.
+
+    ``job_id`` is the scheduler's id of the batch job the run ran in, if any.
+    """
     run_dir = Path(run_dir)
     result_path = run_dir / "result.json"
     if not result_path.is_file():
@@ -120,7 +123,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
                     start = rec
                 elif kind == "run_end":
                     end = rec
-            host = start.get("host", "?")
+            host = start.get("node") or start.get("host", "?")
             if host not in hosts:
                 hosts.append(host)
             versions = versions or start.get("versions")
@@ -134,6 +137,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path) -> bool:
             session.execute(insert(Event), events)
         _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)
+        if job_id:
+            run.job_id = str(job_id)
         run.versions = versions
         for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss"):
             setattr(run, name, result.get(name))

@@ -7,10 +7,11 @@ interrupted one is planned again, so two sweeps of one study never duplicate row
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 
 from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study, utcnow
@@ -34,6 +35,11 @@ class RunDecision:
     run_key: str
     submit: bool
     previous_status: str | None
+    reason: str | None = None      # why not submitted: "done", or "in progress" (another live sweep drives it)
+    driver: str | None = None
+
+
+HEARTBEAT_STALE_SECONDS = 60.0
 
 
 def get_or_create_study(session: Session, name: str) -> Study:
@@ -50,16 +56,27 @@ def _clear_measurements(session: Session, run_id: int) -> None:
         session.execute(delete(table).where(table.run_id == run_id))
 
 
-def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun], rerun: bool = False) -> list[RunDecision]:
-    """Record every planned run as pending (or skip it when already done)."""
+def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun], rerun: bool = False,
+                  driver: str | None = None) -> list[RunDecision]:
+    """Record every planned run as pending, owned by ``driver``.
+
+    Skipped: runs already done (unless ``rerun``), and runs pending or running under
+    another sweep whose heartbeat is fresh — a second identical sweep resumes only
+    what nobody is driving, and never duplicates a run.
+    """
     decisions: list[RunDecision] = []
+    now = time.time()
     with Session(engine) as session, session.begin():
         study = get_or_create_study(session, study_name)
         for p in planned:
             run = session.scalars(select(Run).where(Run.study_id == study.id, Run.run_key == p.run_key)).one_or_none()
             previous = run.status if run else None
             if run is not None and run.status == "done" and not rerun:
-                decisions.append(RunDecision(run.id, p.run_key, False, previous))
+                decisions.append(RunDecision(run.id, p.run_key, False, previous, "done"))
+                continue
+            if (run is not None and run.status in ("pending", "running") and run.driver and run.driver != driver
+                    and run.heartbeat and now - run.heartbeat < HEARTBEAT_STALE_SECONDS):
+                decisions.append(RunDecision(run.id, p.run_key, False, previous, "in progress", run.driver))
                 continue
             if run is None:
                 run = Run(study_id=study.id, run_key=p.run_key)
@@ -76,6 +93,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.spec = spec
             run.run_dir = p.run_dir
             run.status = "pending"
+            run.driver, run.heartbeat = driver, now
             run.error = run.job_id = run.hosts = run.versions = None
             run.throughput = run.train_seconds = run.wall_seconds = run.final_top1 = run.final_loss = None
             run.steps = None
@@ -83,6 +101,15 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             session.flush()
             decisions.append(RunDecision(run.id, p.run_key, True, previous))
     return decisions
+
+
+def heartbeat(engine: Engine, run_ids: Iterable[int], driver: str) -> None:
+    """Tell other sweeps these runs are still driven (see ``register_runs``)."""
+    ids = list(run_ids)
+    if not ids:
+        return
+    with Session(engine) as session, session.begin():
+        session.execute(update(Run).where(Run.id.in_(ids), Run.driver == driver).values(heartbeat=time.time()))
 
 
 def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:

@@ -67,6 +67,8 @@ class Run(Base):
 
     run_dir: Mapped[Optional[str]] = mapped_column(Text)
     job_id: Mapped[Optional[str]] = mapped_column(String(64))
+    driver: Mapped[Optional[str]] = mapped_column(String(255))          # host:pid of the sweep driving it
+    heartbeat: Mapped[Optional[float]] = mapped_column(Float)           # epoch seconds, refreshed while driven
     hosts: Mapped[Optional[str]] = mapped_column(Text)
     versions: Mapped[Optional[dict]] = mapped_column(JSON)
 

@@ -48,6 +48,19 @@ def configure_threads(spec: RunSpec) -> int:
     return threads
 
 
+def node_name() -> str:
+    """The node this rank runs on as the scheduler names it (virtual nodes share a hostname)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def scheduler_job_id() -> str | None:
+    for var in ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID"):
+        if os.environ.get(var):
+            step = os.environ.get("SLURM_STEP_ID") if var == "SLURM_JOB_ID" else None
+            return f"{os.environ[var]}.{step}" if step else os.environ[var]
+    return None
+
+
 def library_versions() -> dict[str, str]:
     return {
         "python": platform.python_version(),
@@ -89,6 +102,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     writer = MetricsWriter(run_dir, rank)
     writer.run_start(
         spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
+        node=node_name(), job_id=scheduler_job_id(),
         threads=torch.get_num_threads(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
     )
     try:

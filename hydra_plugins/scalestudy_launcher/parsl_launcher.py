@@ -31,6 +31,10 @@ class ParslLauncherConf:
     # dotted path to a class told about the sweep (see orchestrator.launcher.SweepObserver)
     observer: Optional[str] = None
     poll_seconds: float = 0.5
+    # override the site's account, queue (Slurm partition) and walltime (HH:MM:SS)
+    account: Optional[str] = None
+    queue: Optional[str] = None
+    walltime: Optional[str] = None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="parsl", node=ParslLauncherConf, provider="scalestudy")
