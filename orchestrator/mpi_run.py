@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,8 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     cmd = workload_command(spec, spec_path)
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(spec.threads_per_worker)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if shutil.which(cmd[0], path=env.get("PATH")) is None:  # e.g. the venv's mpiexec, venv not activated
+        env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{Path(sys.executable).parent}"
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     with open(run_dir / LOG_FILE, "w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir)

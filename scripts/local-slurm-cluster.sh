@@ -54,7 +54,7 @@ AccountingStorageType=accounting_storage/none
 NodeName=n[1-$last] NodeHostname=$HOST Port=17001-$((17000 + last)) CPUs=$CPUS State=UNKNOWN
 PartitionName=debug Nodes=n[1-$last] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
-  echo "CgroupPlugin=disabled" > "$CONF_DIR/cgroup.conf"
+  rm -f "$CONF_DIR/cgroup.conf"  # proctrack/linuxproc + task/none: no cgroups needed
 }
 
 start_munge() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A scripted stand-in for the Cobalt and PBS Pro command lines, for tests on a machine without them.
 
-Installed as qsub / qstat / qdel (and aprun for Cobalt, a PALS-style mpiexec for PBS)
-in a folder put first on PATH. It checks every argument it receives the way the
+Installed as small qsub / qstat / qdel wrappers (and aprun for Cobalt, a PALS-style
+mpiexec for PBS) in a folder put first on PATH; each runs ``fake_sched.py TOOL ARGS``. It checks every argument it receives the way the
 real tools would refuse bad ones, logs each call to $FAKE_SCHED_DIR/calls.jsonl,
 and really runs submitted scripts on this host (with COBALT_NODEFILE / PBS_NODEFILE
 and the job id variables set), so Parsl's real provider code drives real MPI runs.
@@ -23,15 +23,18 @@ FLAVOR = os.environ["FAKE_SCHED_FLAVOR"]
 NAME = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 
 
+TOOL = sys.argv[1] if len(sys.argv) > 1 else "?"
+
+
 def die(msg: str, code: int = 1) -> None:
-    print(f"{Path(sys.argv[0]).name}: {msg}", file=sys.stderr)
+    print(f"{TOOL}: {msg}", file=sys.stderr)
     sys.exit(code)
 
 
 def log_call() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / "calls.jsonl", "a") as fh:
-        fh.write(json.dumps({"tool": Path(sys.argv[0]).name, "argv": sys.argv[1:]}) + "\n")
+        fh.write(json.dumps({"tool": TOOL, "argv": sys.argv[2:]}) + "\n")
 
 
 def next_id() -> int:
@@ -190,7 +193,9 @@ def aprun(args: list) -> None:
         die(f"-n {n} -N {per} does not match -node-list {opts['-node-list']}")
     if "-d" in opts and (opts.get("-cc") != "depth" or not opts["-d"].isdigit()):
         die("-d needs -cc depth and an integer depth")
-    os.execv(real_mpiexec(), [real_mpiexec(), "-n", str(n), *cmd])
+    # every nid is this host; hydra must not read the nodefile the job script exported
+    env = {k: v for k, v in os.environ.items() if k != "PBS_NODEFILE"}
+    os.execve(real_mpiexec(), [real_mpiexec(), "-hosts", "localhost", "-n", str(n), *cmd], env)
 
 
 def pals_mpiexec(args: list) -> None:
@@ -210,7 +215,7 @@ def pals_mpiexec(args: list) -> None:
 
 def main() -> None:
     log_call()
-    tool, args = Path(sys.argv[0]).name, sys.argv[1:]
+    tool, args = TOOL, sys.argv[2:]
     table = {
         ("cobalt", "qsub"): cobalt_qsub, ("cobalt", "qstat"): cobalt_qstat, ("cobalt", "qdel"): qdel,
         ("cobalt", "aprun"): aprun,
