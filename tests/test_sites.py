@@ -1,36 +1,70 @@
-"""Sites load from YAML and are validated in full."""
+"""Sites load from YAML and are validated in full; values bound for shells are held to strict forms."""
 
 from __future__ import annotations
 
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sites import known_sites, load_site
+from orchestrator.sites import known_sites, load_site, with_overrides
+
+BASE = "provider: slurm\nmpi_launcher: srun\ncores_per_node: 2\nmax_nodes: 2\n"
 
 
-def test_local_site_loads():
-    site = load_site("local")
-    assert site.provider == "local" and site.mpi_launcher == "mpiexec" and site.max_nodes >= 4
-    assert "local" in known_sites() and "template" not in known_sites()
+def test_every_shipped_site_loads():
+    assert set(known_sites()) >= {"local", "local_slurm", "theta", "polaris", "perlmutter"}
+    assert "template" not in known_sites()
+    theta = load_site("theta")
+    assert (theta.provider, theta.mpi_launcher, theta.cores_per_node, theta.threads_per_core) == ("cobalt", "aprun", 64, 4)
+    assert load_site("polaris").provider == "pbspro" and load_site("perlmutter").mpi_launcher == "srun"
+    assert load_site("local_slurm").launcher_options == "--mpi=pmi2"
+
+
+def test_the_template_is_a_valid_site(tmp_path):
+    from orchestrator.sites import _site_dir
+
+    path = tmp_path / "mysite.yaml"
+    path.write_text((_site_dir() / "template.yaml").read_text())
+    site = load_site(str(path))
+    assert site.name == "mysite" and site.worker_init
 
 
 @pytest.mark.parametrize("text, words", [
-    ("provider: local\nmpi_launcher: mpiexec\ncores_per_node: 2\nmax_nodes: 2\nqueue_nme: x\n", "site.queue_nme"),
+    (BASE + "queue_nme: x\n", "site.queue_nme"),
     ("provider: local\nmpi_launcher: mpiexec\ncores_per_node: 2\n", "site.max_nodes=None: required"),
-    ("provider: lsf\nmpi_launcher: mpiexec\ncores_per_node: 2\nmax_nodes: 2\n", "site.provider='lsf'"),
-    ("provider: local\nmpi_launcher: mpirun\ncores_per_node: 2\nmax_nodes: 2\n", "site.mpi_launcher='mpirun'"),
-    ("provider: local\nmpi_launcher: mpiexec\ncores_per_node: two\nmax_nodes: 2\n", "site.cores_per_node='two'"),
+    (BASE.replace("slurm", "lsf"), "site.provider='lsf'"),
+    (BASE.replace("srun", "mpirun"), "site.mpi_launcher='mpirun'"),
+    (BASE.replace("cores_per_node: 2", "cores_per_node: two"), "site.cores_per_node='two'"),
     ("- just\n- a list\n", "expected a mapping"),
+    (BASE + "account: proj;rm -rf\n", "site.account='proj;rm -rf'"),
+    (BASE + "partition: 'debug $(id)'\n", "site.partition="),
+    (BASE + "walltime: '1 hour'\n", "site.walltime='1 hour': expected HH:MM:SS"),
+    (BASE + "walltime: '02:00:00'\nmax_walltime: '01:00:00'\n", "exceeds max_walltime"),
+    (BASE + "launcher_options: '--mpi=pmi2; id'\n", "is not a plain flag"),
+    (BASE + "worker_init: ['module load x && id']\n", "shell metacharacters"),
+    (BASE + "worker_init: ['source \"$HOME/venv\"']\n", "shell metacharacters"),
+    (BASE + "scheduler_options: ['--constraint=cpu; id']\n", "expected flags"),
+    (BASE + "queue: a\npartition: b\n", "not both"),
 ])
 def test_bad_site_files_fail_clearly(tmp_path, text, words):
     path = tmp_path / "mysite.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=None) as info:
+    with pytest.raises(ConfigError) as info:
         load_site(str(path))
-    assert words in str(info.value)
+    assert words in str(info.value) and "\n" not in str(info.value)
 
 
 def test_unknown_site_lists_known_ones():
     with pytest.raises(ConfigError) as info:
         load_site("nowhere")
     assert "site='nowhere'" in str(info.value) and "local" in str(info.value)
+    with pytest.raises(ConfigError):
+        load_site("../../etc/passwd")
+
+
+def test_overrides_are_validated_like_the_site():
+    site = load_site("perlmutter")
+    assert with_overrides(site, account="m1234", queue="debug", walltime="00:10:00").account == "m1234"
+    for kwargs, words in (({"account": "m1;id"}, "account="), ({"queue": "q q"}, "queue="),
+                          ({"walltime": "13:00:00"}, "allows at most 12:00:00")):
+        with pytest.raises(ConfigError, match=words):
+            with_overrides(site, **kwargs)

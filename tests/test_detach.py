@@ -1,0 +1,61 @@
+"""``--detach``: the sweep outlives the shell that started it; its state lives in the DB."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from results_db import connect
+from results_db.schema import Run
+
+from conftest import scalestudy
+
+pytestmark = pytest.mark.mpi
+
+
+def _states(db) -> list[str]:
+    engine = connect(f"sqlite:///{db}")
+    with Session(engine) as s:
+        return [r.status for r in s.scalars(select(Run).order_by(Run.id))]
+
+
+def test_detached_sweep_runs_on_and_is_resumed_not_duplicated(tmp_path):
+    args = ["nodes=1", "workers_per_node=1,2", "epochs=1", "steps_per_epoch=2"]
+    t0 = time.monotonic()
+    proc = scalestudy("sweep", "--detach", *args, f"hydra.sweep.dir={tmp_path / 'mr1'}", cwd=tmp_path, timeout=30)
+    assert proc.returncode == 0 and "sweep detached" in proc.stdout, proc.stderr
+    assert time.monotonic() - t0 < 15  # returned without waiting for the runs
+    log = next((tmp_path / ".scalestudy" / "sweeps").glob("*.log"))
+
+    db = tmp_path / "scalestudy.db"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (db.exists() and len(_states(db)) == 2):
+        time.sleep(0.5)
+    assert len(_states(db)) == 2, log.read_text()[-3000:]
+
+    # the same sweep again while the detached driver is alive: nothing is launched twice
+    again = scalestudy("sweep", *args, f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("in progress under sweep") + again.stderr.count("already done") == 2
+    assert not list((tmp_path / "mr2").glob("*/spec.json"))
+
+    status = scalestudy("status", cwd=tmp_path)
+    assert status.returncode == 0 and "smoke" in status.stdout
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and _states(db) != ["done", "done"]:
+        time.sleep(1)
+    assert _states(db) == ["done", "done"], log.read_text()[-3000:]
+    assert "this sweep's runs" in log.read_text()
+
+    third = scalestudy("sweep", *args, f"hydra.sweep.dir={tmp_path / 'mr3'}", cwd=tmp_path, timeout=120)
+    assert third.returncode == 0 and third.stderr.count("already done") == 2
+    assert len(_states(db)) == 2
+
+
+def test_detach_with_dry_run_is_refused(tmp_path):
+    proc = scalestudy("sweep", "--detach", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 2 and "make no sense" in proc.stderr

@@ -1,0 +1,140 @@
+"""The real Slurm path: a 4-node virtual cluster (slurmctld + 4 slurmd on this host), sbatch, srun.
+
+The cluster comes from scripts/local-slurm-cluster.sh; these tests start it when it is
+not running, and are skipped (with the reason) only where Slurm cannot be installed
+or started (no root, no package registry).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from results_db import connect
+from results_db.schema import RankSummary, Run
+
+from conftest import REPO, scalestudy
+
+pytestmark = pytest.mark.mpi
+SCRIPT = REPO / "scripts" / "local-slurm-cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0:
+        return
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root to run munged and the Slurm daemons")
+    proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        if shutil.which("slurmctld") is None:
+            pytest.skip(f"Slurm could not be installed here: {proc.stderr.strip()[-300:]}")
+        pytest.fail(f"Slurm is installed but the cluster did not start: {proc.stderr[-2000:]}")
+
+
+def _job_ids() -> set[str]:
+    out = subprocess.run(["scontrol", "show", "jobs", "-o"], capture_output=True, text=True).stdout
+    return {w.split("=", 1)[1] for line in out.splitlines() for w in line.split() if w.startswith("JobId=")}
+
+
+def test_sweep_spreads_ranks_over_the_right_virtual_nodes(tmp_path, slurm_cluster):
+    proc = scalestudy("sweep", "site=local_slurm", "nodes=1,2,4", "workers_per_node=1,2", "epochs=1",
+                      "steps_per_epoch=2", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "finished" in proc.stderr and "running" in proc.stderr and "elapsed" in proc.stderr  # progress lines
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    jobs = _job_ids()
+    with Session(engine) as s:
+        runs = s.scalars(select(Run).order_by(Run.nodes, Run.workers_per_node)).all()
+        assert [(r.nodes, r.workers_per_node) for r in runs] == [(n, w) for n in (1, 2, 4) for w in (1, 2)]
+        for run in runs:
+            assert run.status == "done"
+            ranks = s.scalars(select(RankSummary).where(RankSummary.run_id == run.id)).all()
+            assert len(ranks) == run.nodes * run.workers_per_node  # one MPI job of that size, not N singletons
+            per_node = Counter(r.host for r in ranks)
+            assert len(per_node) == run.nodes and set(per_node.values()) == {run.workers_per_node}
+            assert set(per_node) <= {"n1", "n2", "n3", "n4"}
+            assert run.job_id and run.job_id.split(".")[0] in jobs  # the Slurm job it ran in
+    command = (tmp_path / "mr" / "5" / "command.txt").read_text()  # nodes=4, workers_per_node=2
+    assert command.startswith("srun --ntasks 8 --ntasks-per-node 2") and "--mpi=pmi2" in command
+    assert "--cpus-per-task=1" in command
+
+
+def test_dry_run_prints_and_submits_nothing(tmp_path, slurm_cluster):
+    before = _job_ids()
+    proc = scalestudy("sweep", "--dry-run", "site=local_slurm", "nodes=1,4", "workers_per_node=2",
+                      f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "#SBATCH --nodes=4" in out and "#SBATCH --partition=debug" in out and "#SBATCH --no-requeue" in out
+    assert "srun --ntasks 8 --ntasks-per-node 2" in out and "--mpi=pmi2" in out
+    assert "node-hours requested: 4 x 00:20:00 = 1.33" in out and "total node-hours requested: 1.67" in out
+    assert _job_ids() == before
+    assert not (tmp_path / "scalestudy.db").exists() or not connect(f"sqlite:///{tmp_path / 'scalestudy.db'}") \
+        .connect().exec_driver_sql("select count(*) from runs").scalar()
+    assert not list((tmp_path / "mr").glob("*/spec.json"))
+
+
+@pytest.mark.parametrize("overrides, shown", [
+    (["nodes=5"], "site local_slurm allows at most 4 nodes"),
+    (["walltime=02:00:00"], "allows at most 01:00:00"),
+    (["threads_per_node=4", "workers_per_node=1"], "nodes have 2 hardware threads"),
+])
+def test_runs_beyond_site_limits_are_refused(tmp_path, slurm_cluster, overrides, shown):
+    for dry in ([], ["--dry-run"]):
+        proc = scalestudy("sweep", *dry, "site=local_slurm", *overrides, f"hydra.sweep.dir={tmp_path / 'mr'}",
+                          cwd=tmp_path)
+        assert proc.returncode == 2 and shown in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+MARKER_CMD = "touch {m}"
+
+
+@pytest.mark.parametrize("field, template", [
+    ("account", "proj;touch {m}"),
+    ("account", "proj$(touch {m})"),
+    ("queue", "debug`touch {m}`"),
+    ("walltime", "00:10:00\ntouch {m}"),
+    ("study_name", "x;touch {m}"),
+])
+def test_shell_metacharacters_in_overrides_never_run(tmp_path, slurm_cluster, field, template):
+    marker = tmp_path / "pwned"
+    before = _job_ids()
+    value = template.format(m=marker)
+    proc = scalestudy("sweep", "site=local_slurm", f"{field}={value!r}" if "\n" not in value else f"{field}={value}",
+                      "epochs=1", "steps_per_epoch=1", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert len(proc.stderr.strip().splitlines()) == 1 and field.split("_")[0] in proc.stderr
+    assert not marker.exists() and _job_ids() == before
+
+
+@pytest.mark.parametrize("line", ["echo hi; touch {m}", "touch {m} &", "export X=$(touch {m})", "echo `touch {m}`",
+                                  "echo hi > {m}", "echo hi | tee {m}"])
+def test_worker_init_with_shell_metacharacters_is_refused(tmp_path, slurm_cluster, line):
+    marker = tmp_path / "pwned"
+    site = tmp_path / "evil.yaml"
+    site.write_text((REPO / "site_configs" / "local_slurm.yaml").read_text()
+                    + f"worker_init:\n  - {line.format(m=marker)!r}\n")
+    before = _job_ids()
+    proc = scalestudy("sweep", f"site={site}", "epochs=1", "steps_per_epoch=1", f"hydra.sweep.dir={tmp_path / 'mr'}",
+                      cwd=tmp_path)
+    assert proc.returncode == 2 and "site.worker_init" in proc.stderr and "metacharacters" in proc.stderr
+    assert not marker.exists() and _job_ids() == before
+
+
+def test_plain_worker_init_runs_on_the_nodes(tmp_path, slurm_cluster):
+    """A legitimate worker_init (with a $VAR) runs in the batch job before the worker."""
+    site = tmp_path / "ok.yaml"
+    site.write_text((REPO / "site_configs" / "local_slurm.yaml").read_text()
+                    + f"worker_init:\n  - mkdir -p {tmp_path}/init-ran-in-job-$SLURM_JOB_ID\n")
+    proc = scalestudy("sweep", f"site={site}", "nodes=1", "workers_per_node=1", "epochs=1", "steps_per_epoch=1",
+                      f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = list(tmp_path.glob("init-ran-in-job-*"))
+    assert len(made) == 1 and made[0].name.removeprefix("init-ran-in-job-").isdigit()
