@@ -18,8 +18,11 @@ commands:
   sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
                                     run a study's sweep (Hydra overrides; see README)
   status [--study S]                runs per study: pending, running, done, failed
-  query [--study S] [--where EXPR]  one row per run, as a table, CSV or JSON
+  query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG]
+                                    one row per run (or per group): table, CSV, JSON, Parquet
+  compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
   sites                             the site configs this install knows
+  db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
 
@@ -50,6 +53,12 @@ def _sweep(argv: Sequence[str]) -> int:
     from .errors import ConfigError, ScalestudyError
 
     args = list(argv)
+    # A database URL may hold a password: keep it out of Hydra's config, which Hydra
+    # writes into every run folder (and out of a detached driver's command line); the
+    # sweep reads it from the environment instead.
+    for arg in [a for a in args if a.startswith("db_url=")]:
+        os.environ["SCALESTUDY_DB_URL"] = arg.split("=", 1)[1].strip("'\"")
+        args.remove(arg)
     if "--detach" in args:
         return _detach([a for a in args if a != "--detach"])
     full_errors = bool(os.environ.get("HYDRA_FULL_ERROR"))
@@ -126,25 +135,65 @@ def _status(argv: Sequence[str]) -> int:
 def _query(argv: Sequence[str]) -> int:
     from .report import FORMATS
 
-    parser = argparse.ArgumentParser(prog="scalestudy query", description="One row per run.")
+    parser = argparse.ArgumentParser(prog="scalestudy query", description="One row per run, or per group.")
     parser.add_argument("--study", default=None)
     parser.add_argument("--where", action="append", default=None,
-                        help="filter, e.g. 'nodes>=2, algorithm=sync' (repeatable)")
+                        help="filter on any column, e.g. 'nodes>=2, algorithm=sync' (repeatable)")
     parser.add_argument("--columns", default=None, help="comma-separated columns (default: a summary)")
+    parser.add_argument("--group-by", default=None, help="comma-separated axes to group runs by")
+    parser.add_argument("--agg", action="append", default=None,
+                        help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std)")
     parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--out", default=None, help="write to this file (needed for parquet)")
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import connect, query
+    from results_db import compare, connect, query
 
     from .report import SUMMARY_COLUMNS, render
 
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
+    engine = connect(args.db)
     try:
-        frame = query.runs(connect(args.db), study=args.study, where=args.where, columns=columns)
-    except query.QueryError as exc:
+        if args.group_by:
+            metrics = {}
+            for spec in args.agg or ["throughput:count,mean,std"]:
+                column, _, aggs = spec.partition(":")
+                metrics[column.strip()] = [a.strip() for a in (aggs or "mean").split(",")]
+            frame = compare.aggregate(engine, [c.strip() for c in args.group_by.split(",")], metrics,
+                                      study=args.study, where=args.where)
+        else:
+            columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
+            frame = query.runs(engine, study=args.study, where=args.where, columns=columns)
+        render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
+    except (query.QueryError, compare.CompareError, ValueError) as exc:
         return _fail(str(exc))
-    render(frame, args.format, title=f"study {args.study}" if args.study else "runs")
+    return 0
+
+
+def _compare(argv: Sequence[str]) -> int:
+    from .report import FORMATS
+
+    parser = argparse.ArgumentParser(prog="scalestudy compare",
+                                     description="Speedup and efficiency of each configuration against a baseline.")
+    parser.add_argument("--study", default=None)
+    parser.add_argument("--baseline", required=True, help="AXIS=VALUE, e.g. algorithm=sync or nodes=1")
+    parser.add_argument("--metric", default="throughput", help="a numeric run column (default: throughput)")
+    parser.add_argument("--where", action="append", default=None)
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--out", default=None)
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import compare, connect, query
+
+    from .report import render
+
+    try:
+        frame = compare.compare(connect(args.db), args.baseline, study=args.study, metric=args.metric,
+                                where=args.where)
+        render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
+    except (query.QueryError, compare.CompareError, ValueError) as exc:
+        return _fail(str(exc))
     return 0
 
 
@@ -158,7 +207,23 @@ def _sites(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "sites": _sites}
+def _db(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy db", description="Results database schema (Alembic).")
+    parser.add_argument("action", choices=("upgrade", "current"))
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import connect
+    from results_db.migrate import current_revision, head_revision
+    from results_db.store import resolve_db_url, safe_url
+
+    url = resolve_db_url(args.db)
+    engine = connect(url, upgrade=args.action == "upgrade")
+    print(f"{safe_url(url)}: revision {current_revision(engine) or '(none)'} (this scalestudy: {head_revision()})")
+    return 0
+
+
+COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "sites": _sites, "db": _db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,12 +234,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return _fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from results_db.store import resolve_db_url, safe_url, scrub
+
     from .errors import ScalestudyError
 
     try:
         return COMMANDS[command](rest)
     except ScalestudyError as exc:
         return _fail(str(exc))
+    except SQLAlchemyError as exc:
+        url = _db_url_from(rest)
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return _fail(f"database {safe_url(url)}: {scrub(first, url)}")
+
+
+def _db_url_from(args: Sequence[str]) -> str:
+    from results_db.store import resolve_db_url
+
+    for i, arg in enumerate(args):
+        if arg == "--db" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--db="):
+            return arg.split("=", 1)[1]
+    return resolve_db_url()
 
 
 if __name__ == "__main__":

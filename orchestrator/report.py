@@ -15,7 +15,7 @@ SUMMARY_COLUMNS = ("run_id", "study", "status", "nodes", "workers_per_node", "th
                    "global_batch_size", "algorithm", "model", "throughput", "final_top1", "train_seconds")
 SWEEP_COLUMNS = ("run_id", "status", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
                  "throughput", "final_top1", "train_seconds")
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "csv", "json", "parquet")
 
 
 def _cell(value) -> str:
@@ -26,19 +26,37 @@ def _cell(value) -> str:
     return str(value)
 
 
-def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None) -> None:
+def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:
+    """Print ``frame`` (or write it to ``out``); Parquet is binary and always needs ``out``."""
+    if out:
+        if fmt == "parquet":
+            frame.to_parquet(out, index=False)
+        elif fmt == "csv":
+            frame.to_csv(out, index=False)
+        elif fmt == "json":
+            frame.to_json(out, orient="records", date_format="iso")
+        else:
+            with open(out, "w") as fh:
+                Console(file=fh, width=250).print(_table(frame, title))
+        return
+    if fmt == "parquet":
+        raise ValueError("--format parquet writes a binary file: give --out FILE.parquet")
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
     elif fmt == "json":
         sys.stdout.write(frame.to_json(orient="records", date_format="iso") + "\n")
     else:
-        table = Table(title=title, show_lines=False)
-        for col in frame.columns:
-            table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(frame[col]) else "left")
-        for row in frame.itertuples(index=False):
-            table.add_row(*(_cell(v) for v in row))
         # Piped output keeps whole rows rather than rich's 80-column default.
-        Console(width=None if sys.stdout.isatty() else 250).print(table)
+        Console(width=None if sys.stdout.isatty() else 250).print(_table(frame, title))
+
+
+def _table(frame: pd.DataFrame, title: str | None) -> Table:
+    table = Table(title=title, show_lines=False)
+    for col in frame.columns:
+        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(frame[col]) else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    return table
 
 
 def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, study: str | None = None,

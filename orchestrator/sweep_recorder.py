@@ -32,6 +32,7 @@ from .errors import ConfigError
 from .launcher import SweepJob
 from .mpi_run import SPEC_FILE
 from .progress import SweepProgress
+from .provenance import provenance
 from .runspec import build_run_spec, run_key
 from .sites import SiteConfig, load_site, with_overrides
 
@@ -92,7 +93,8 @@ class SweepRecorder:
             return [False] * len(jobs)
         self.engine = connect(OmegaConf.select(self.config, "db_url"))
         rerun = bool(OmegaConf.select(self.config, "rerun"))
-        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir)) for s, j in zip(specs, jobs)]
+        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config))
+                   for s, j in zip(specs, jobs)]
         decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun, driver=self.driver)
         submit = []
         for job, decision in zip(jobs, decisions):

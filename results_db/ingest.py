@@ -8,6 +8,7 @@ with a clear error rather than guessed at.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -52,25 +53,59 @@ def _derive_step_stats(session: Session, run_id: int) -> None:
     session.execute(insert(StepStat), records)
 
 
+log = logging.getLogger(__name__)
+
+
 class IngestError(ValueError):
     """The metrics of a run cannot be read as the contract says."""
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+class _Reader:
+    """Records of one rank file; a cut-off last line (a writer killed mid-line) is skipped and noted."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return _records(self.path, self)
+
+
+def _records(path: Path, reader: _Reader) -> Iterator[dict[str, Any]]:
+    with open(path, "rb") as fh:
+        pending = None  # hold one line back: only the last may be cut off
+        lineno = 0
+        for raw in fh:
+            if pending is not None:
+                yield _parse(path, lineno, pending, last=False)
+            lineno += 1
+            pending = raw
+        if pending is not None:
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise IngestError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if rec.get("schema") not in SUPPORTED_SCHEMAS:
-                raise IngestError(
-                    f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
-                    f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy"
-                )
-            yield rec
+                yield _parse(path, lineno, pending, last=True)
+            except _CutOff:
+                reader.truncated = True
+
+
+class _CutOff(Exception):
+    pass
+
+
+def _parse(path: Path, lineno: int, raw: bytes, last: bool) -> dict[str, Any]:
+    if not raw.strip():
+        return {"type": "blank", "schema": SUPPORTED_SCHEMAS[0]}
+    try:
+        rec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        if last and not raw.endswith(b"\n"):
+            raise _CutOff() from None
+        raise IngestError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+    if rec.get("schema") not in SUPPORTED_SCHEMAS:
+        raise IngestError(
+            f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
+            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy"
+        )
+    return rec
 
 
 def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None) -> bool:
@@ -99,11 +134,13 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         versions: dict[str, Any] | None = None
         steps: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
+        truncated: list[str] = []
         for path in rank_files:
             rank = int(path.stem.split("-")[1])
             start: dict[str, Any] = {}
             end: dict[str, Any] = {}
-            for rec in _records(path):
+            reader = _Reader(path)
+            for rec in reader:
                 kind = rec["type"]
                 if kind == "step":
                     steps.append({"run_id": run_id, "rank": rank, **{k: rec.get(k) for k in _STEP_FIELDS}})
@@ -123,6 +160,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                     start = rec
                 elif kind == "run_end":
                     end = rec
+            if reader.truncated:
+                truncated.append(path.name)
             host = start.get("node") or start.get("host", "?")
             if host not in hosts:
                 hosts.append(host)
@@ -143,5 +182,9 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss"):
             setattr(run, name, result.get(name))
         run.status = "done" if result.get("status") == "done" else "failed"
+        if truncated and run.status == "done":
+            run.status = "partial"
+            run.error = f"metrics cut off mid-line in {', '.join(truncated)}: ingested every whole record"
+            log.warning("run %s: %s", run_id, run.error)
         run.finished_at = run.ingested_at = utcnow()
     return True

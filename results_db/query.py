@@ -21,7 +21,8 @@ RUN_COLUMNS = (
     "fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every", "imbalance_kind",
     "imbalance_ranks", "imbalance_delay_ms",
     "throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "job_id", "hosts",
-    "run_dir", "error", "created_at", "started_at", "finished_at",
+    "run_dir", "error", "created_at", "started_at", "finished_at", "git_commit", "git_dirty", "versions",
+    "environment", "config",
 )
 _OPS = {
     "=": lambda c, v: c == v, "==": lambda c, v: c == v, "!=": lambda c, v: c != v,

@@ -27,6 +27,7 @@ class PlannedRun:
     run_key: str
     spec: dict[str, Any]
     run_dir: str
+    provenance: dict[str, Any] | None = None   # git_commit, git_dirty, environment, config
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.global_batch_size = spec["batch_size"] * run.world_size
             run.spec = spec
             run.run_dir = p.run_dir
+            prov = p.provenance or {}
+            run.git_commit, run.git_dirty = prov.get("git_commit"), prov.get("git_dirty")
+            run.environment, run.config = prov.get("environment"), prov.get("config")
             run.status = "pending"
             run.driver, run.heartbeat = driver, now
             run.error = run.job_id = run.hosts = run.versions = None

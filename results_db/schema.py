@@ -12,7 +12,7 @@ from typing import Optional
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-RUN_STATES = ("pending", "running", "done", "failed")
+RUN_STATES = ("pending", "running", "done", "partial", "failed")
 
 
 def utcnow() -> datetime:
@@ -35,7 +35,8 @@ class Study(Base):
 
 class Run(Base):
     __tablename__ = "runs"
-    __table_args__ = (UniqueConstraint("study_id", "run_key"),)
+    __table_args__ = (UniqueConstraint("study_id", "run_key"),
+                      Index("ix_runs_study_algorithm_nodes", "study_id", "algorithm", "nodes"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
@@ -67,6 +68,10 @@ class Run(Base):
 
     run_dir: Mapped[Optional[str]] = mapped_column(Text)
     job_id: Mapped[Optional[str]] = mapped_column(String(64))
+    git_commit: Mapped[Optional[str]] = mapped_column(String(40))       # the project's commit at submission
+    git_dirty: Mapped[Optional[bool]] = mapped_column(Boolean)          # uncommitted changes at submission
+    environment: Mapped[Optional[dict]] = mapped_column(JSON)           # orchestrator-side versions and host
+    config: Mapped[Optional[dict]] = mapped_column(JSON)                # the full resolved job config
     driver: Mapped[Optional[str]] = mapped_column(String(255))          # host:pid of the sweep driving it
     heartbeat: Mapped[Optional[float]] = mapped_column(Float)           # epoch seconds, refreshed while driven
     hosts: Mapped[Optional[str]] = mapped_column(Text)

@@ -13,7 +13,6 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from .schema import Base
 
 DB_URL_ENV = "SCALESTUDY_DB_URL"
 DEFAULT_DB_FILE = "scalestudy.db"
@@ -30,7 +29,19 @@ def resolve_db_url(url: str | None = None) -> str:
 
 def safe_url(url: str) -> str:
     """The URL as it may appear in messages: never with its password."""
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not even a URL: show nothing of it
+        return "(unparseable database URL)"
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` with the URL's password (if any) masked, wherever it appears."""
+    try:
+        password = make_url(url).password if url else None
+    except Exception:
+        password = None
+    return text.replace(str(password), "***") if password else text
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercised through connect()
@@ -42,12 +53,14 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercise
     cur.close()
 
 
-def connect(url: str | None = None, create: bool = True) -> Engine:
-    """An engine for the results database, creating the schema if asked."""
+def connect(url: str | None = None, upgrade: bool = True) -> Engine:
+    """An engine for the results database, its schema migrated to the code's revision."""
     resolved = resolve_db_url(url)
-    engine = create_engine(resolved, future=True)
+    engine = create_engine(resolved, future=True, hide_parameters=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
-    if create:
-        Base.metadata.create_all(engine)
+    if upgrade:
+        from .migrate import upgrade as upgrade_schema
+
+        upgrade_schema(engine)
     return engine

@@ -49,3 +49,42 @@ def finished_run(tmp_path_factory) -> Path:
     proc = mpiexec(2, "-m", "workloads", str(spec))
     assert proc.returncode == 0, proc.stderr
     return run_dir
+
+
+def _postgres_url() -> str | None:
+    url = os.environ.get("SCALESTUDY_TEST_PG_URL")
+    if url:
+        return url
+    if os.geteuid() != 0:
+        return None
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "local-postgres.sh"), "start"], capture_output=True,
+                          text=True, timeout=180)
+    return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    url = _postgres_url()
+    if not url:
+        pytest.skip("no PostgreSQL server: set SCALESTUDY_TEST_PG_URL or run scripts/local-postgres.sh start as root")
+    return url
+
+
+def _fresh_postgres(url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """An empty results database: a SQLite file, and a real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    url = request.getfixturevalue("postgres_url")
+    _fresh_postgres(url)
+    return url

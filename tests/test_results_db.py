@@ -17,8 +17,10 @@ from workloads.spec import RunSpec
 
 
 @pytest.fixture
-def engine(tmp_path):
-    return connect(f"sqlite:///{tmp_path / 'r.db'}")
+def engine(db_url):
+    engine = connect(db_url)
+    yield engine
+    engine.dispose()
 
 
 def _plan(run_dir, key="k1", **over):
@@ -122,3 +124,47 @@ def test_filter_values_are_bound_not_pasted(engine, finished_run):
     register_runs(engine, "s", [_plan(finished_run)])
     assert query.runs(engine, where="algorithm=sync'; DROP TABLE runs; --").empty
     assert len(query.runs(engine)) == 1
+
+
+def test_a_cut_off_last_line_is_skipped_and_the_run_marked_partial(engine, finished_run, tmp_path, caplog):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished_run, run_dir)
+    path = run_dir / "metrics" / "rank-1.jsonl"
+    whole = path.read_text()
+    path.write_text(whole + '{"type":"step","schema":1,"step":99,"epo')  # the writer died mid-line
+    [d] = register_runs(engine, "s", [_plan(run_dir)])
+    with caplog.at_level("WARNING"):
+        assert ingest_run(engine, d.run_id, run_dir)
+    assert "cut off mid-line in rank-1.jsonl" in caplog.text
+    result = json.loads((run_dir / "result.json").read_text())
+    assert _count(engine, Step, d.run_id) == result["steps"] * result["world_size"]  # every whole record
+    with Session(engine) as s:
+        run = s.get(Run, d.run_id)
+        assert run.status == "partial" and "rank-1.jsonl" in run.error
+    assert ingest_run(engine, d.run_id, run_dir) is False  # and still idempotent
+
+
+def test_a_bad_line_in_the_middle_is_an_error_not_a_skip(engine, finished_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished_run, run_dir)
+    path = run_dir / "metrics" / "rank-0.jsonl"
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:10]
+    path.write_text("\n".join(lines) + "\n")
+    [d] = register_runs(engine, "s", [_plan(run_dir)])
+    with pytest.raises(IngestError, match="rank-0.jsonl:3: not valid JSON"):
+        ingest_run(engine, d.run_id, run_dir)
+    assert _count(engine, Step, d.run_id) == 0
+
+
+def test_provenance_is_recorded(engine, finished_run):
+    prov = {"git_commit": "a" * 40, "git_dirty": True, "environment": {"parsl": "2026.10.26"},
+            "config": {"nodes": 1, "imbalance": {"kind": "none"}}}
+    plan = PlannedRun("kp", RunSpec.load(finished_run / "spec.json").to_dict(), str(finished_run), prov)
+    [d] = register_runs(engine, "s", [plan])
+    ingest_run(engine, d.run_id, finished_run, job_id="4242.0")
+    row = query.runs(engine, columns=["git_commit", "git_dirty", "environment", "config", "versions", "job_id",
+                                      "hosts", "site"]).iloc[0]
+    assert row["git_commit"] == "a" * 40 and bool(row["git_dirty"]) and row["environment"]["parsl"] == "2026.10.26"
+    assert row["config"]["imbalance"] == {"kind": "none"} and row["job_id"] == "4242.0" and row["site"] == "local"
+    assert {"torch", "mpi4py", "mpi_library"} <= set(row["versions"]) and row["hosts"]

@@ -1,0 +1,86 @@
+"""Group-by aggregates over runs, and comparisons against a baseline (speedup, efficiency).
+
+Repeats are runs that differ only in ``seed``: they are averaged (mean ± std).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+from sqlalchemy import Engine
+
+from . import query
+
+# The axes that make two runs "the same configuration" (seed is the repeat).
+CONFIG_AXES = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm", "model",
+               "dataset", "epochs", "lr", "fusion_threshold_mb", "cycle_time_ms", "sync_every", "imbalance_kind",
+               "imbalance_ranks", "imbalance_delay_ms")
+AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum")
+
+
+class CompareError(ValueError):
+    """A baseline or aggregate the data cannot answer."""
+
+
+def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequence[str]] | None = None,
+              study: str | None = None, where=None) -> pd.DataFrame:
+    """``metrics``: column -> aggregates (count, mean, std, min, max, median, sum); one row per group."""
+    metrics = metrics or {"throughput": ("count", "mean", "std")}
+    for agg in (a for aggs in metrics.values() for a in aggs):
+        if agg not in AGGREGATES:
+            raise CompareError(f"unknown aggregate {agg!r}; known: {', '.join(AGGREGATES)}")
+    frame = query.runs(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])))
+    if frame.empty:
+        return pd.DataFrame(columns=[*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)])
+    grouped = frame.groupby(list(group_by), dropna=False).agg({c: list(aggs) for c, aggs in metrics.items()})
+    grouped.columns = [f"{c}_{a}" for c, a in grouped.columns]
+    return grouped.reset_index()
+
+
+def parse_baseline(baseline: str) -> tuple[str, object]:
+    if "=" not in baseline:
+        raise CompareError(f"baseline {baseline!r}: write it as AXIS=VALUE, e.g. algorithm=sync or nodes=1")
+    axis, value = (x.strip() for x in baseline.split("=", 1))
+    if axis not in CONFIG_AXES:
+        raise CompareError(f"baseline axis {axis!r} is not a sweep axis; known: {', '.join(CONFIG_AXES)}")
+    for cast in (int, float):
+        try:
+            return axis, cast(value)
+        except ValueError:
+            pass
+    return axis, value
+
+
+def compare(engine: Engine, baseline: str, study: str | None = None, metric: str = "throughput",
+            where=None) -> pd.DataFrame:
+    """Per configuration: the metric (mean ± std over repeats), the baseline's, speedup and efficiency.
+
+    Efficiency is speedup per unit of resources: speedup x baseline ranks / ranks (equal
+    to the speedup when the baseline axis does not change the rank count, e.g. algorithm).
+    """
+    axis, value = parse_baseline(baseline)
+    runs = query.runs(engine, study=study, where=where)
+    runs = runs[runs["status"] == "done"]
+    if runs.empty:
+        raise CompareError("no finished runs match")
+    if metric not in runs.columns or not pd.api.types.is_numeric_dtype(runs[metric]):
+        raise CompareError(f"metric {metric!r} is not a numeric run column")
+    keys = [a for a in CONFIG_AXES if a != axis]
+    per_config = (runs.groupby([*keys, axis], dropna=False)
+                  .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
+                       world_size=("world_size", "first"))
+                  .reset_index())
+    base = per_config[per_config[axis] == value][[*keys, "mean", "world_size"]]
+    if base.empty:
+        raise CompareError(f"no finished runs with {axis}={value!r} to compare against")
+    base = base.rename(columns={"mean": "baseline_mean", "world_size": "baseline_world_size"})
+    out = per_config.merge(base, on=keys, how="inner")
+    out["speedup"] = out["mean"] / out["baseline_mean"]
+    out["speedup_std"] = out["std"] / out["baseline_mean"]
+    out["efficiency"] = out["speedup"] * out["baseline_world_size"] / out["world_size"]
+    varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
+    columns = [*varying, axis, "repeats", "mean", "std", "baseline_mean", "speedup", "speedup_std", "efficiency"]
+    out = out[columns].rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
+                                       "baseline_mean": f"baseline_{metric}_mean"})
+    return out.sort_values([*varying, axis]).reset_index(drop=True)

@@ -1,0 +1,62 @@
+"""Alembic migrations: a database made by an earlier revision, with data in it, upgrades without loss."""
+
+from __future__ import annotations
+
+import json
+
+from alembic import command
+from sqlalchemy import create_engine, inspect, text
+
+from results_db import connect
+from results_db.migrate import alembic_config, current_revision, head_revision
+
+from conftest import scalestudy
+
+
+def _old_database(url: str) -> None:
+    """A database at revision 0001 (the foundation schema) holding a study, a run, steps and evals."""
+    engine = create_engine(url)
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text("insert into studies (id, name, created_at) values (1, 'old', '2026-01-01T00:00:00+00:00')"))
+        conn.execute(text(
+            "insert into runs (id, study_id, run_key, status, site, nodes, workers_per_node, threads_per_node, "
+            "world_size, batch_size, global_batch_size, algorithm, model, dataset, epochs, lr, seed, spec, "
+            "throughput, final_top1, created_at) values (7, 1, 'k7', 'done', 'local', 2, 2, 2, 4, 16, 64, 'sync', "
+            "'small_cnn', 'digits', 1, 0.1, 0, :spec, 1234.5, 0.9, '2026-01-01T00:00:00+00:00')"),
+                     {"spec": json.dumps({"nodes": 2})})
+        for step in range(3):
+            conn.execute(text('insert into steps (run_id, rank, step, epoch, samples, t_start, data, forward, backward,'
+                              ' comm_wait, "update", loss) values (7, 0, :s, 0, 16, :s, 0.1, 0.2, 0.3, 0.4, 0.5, 2.0)'),
+                         {"s": step})
+        conn.execute(text("insert into evals (run_id, epoch, wall, top1, loss, samples_seen) values (7, 0, 1.5, 0.9, 0.3, 64)"))
+    engine.dispose()
+
+
+def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
+    url = db_url
+    _old_database(url)
+    assert current_revision(create_engine(url)) == "0001"
+    engine = connect(url)  # opening migrates
+    assert current_revision(engine) == head_revision()
+    with engine.connect() as conn:
+        run = conn.execute(text("select run_key, throughput, final_top1, fusion_threshold_mb, git_commit from runs")).one()
+        assert tuple(run) == ("k7", 1234.5, 0.9, None, None)
+        count, total = conn.execute(text("select count(*), sum(comm_wait) from steps")).one()
+        assert count == 3 and abs(total - 1.2) < 1e-9
+        assert conn.execute(text("select count(*) from steps where delay is null")).scalar() == 3
+        assert conn.execute(text("select top1 from evals")).scalar() == 0.9
+        tables = set(inspect(conn).get_table_names())
+    assert {"events", "step_stats", "rounds"} <= tables
+    assert "ix_runs_study_algorithm_nodes" in {i["name"] for i in inspect(engine).get_indexes("runs")}
+
+
+def test_db_command_upgrades_and_reports(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    _old_database(url)
+    current = scalestudy("db", "current", "--db", url, cwd=tmp_path)
+    assert current.returncode == 0 and "revision 0001" in current.stdout
+    upgraded = scalestudy("db", "upgrade", "--db", url, cwd=tmp_path)
+    assert upgraded.returncode == 0 and f"revision {head_revision()}" in upgraded.stdout
