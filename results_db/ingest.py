@@ -9,48 +9,62 @@ from __future__ import annotations
 
 import json
 import logging
+
+try:  # orjson parses the metrics lines several times faster; json is the fallback
+    from orjson import JSONDecodeError as _DecodeError
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover
+    from json import JSONDecodeError as _DecodeError
+    from json import loads as _loads
 from pathlib import Path
 from typing import Any, Iterator
 
 import math
 
 import pandas as pd
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, utcnow
+from .store import writer
+from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
+from .sinks import RowSink
 from .timeline import step_stats
 
 SUPPORTED_SCHEMAS = (1,)
-BATCH_ROWS = 5000
 _STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "delay",
                 "loss")
 _ROUND_FIELDS = ("round", "initiator", "fresh", "stale", "null", "synchronous", "t0", "latency")
 _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
 
-def _event_row(run_id: int, rank: int, rec: dict[str, Any]) -> dict[str, Any]:
-    tensors = rec.get("tensors")
-    return {
-        "run_id": run_id, "rank": rank, "step": rec["step"], "tensor": str(rec.get("tensor", "")),
-        "phase": rec["phase"], "t0": rec["t0"], "t1": rec["t1"], "bytes": rec.get("bytes", 0),
-        "tensors": ",".join(tensors) if isinstance(tensors, list) else None, "arrival": rec.get("arrival"),
-    }
+_EVENT_COLUMNS = ("run_id", "rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
+_DERIVE_PHASES = ("allreduce", "backward", "update")  # what step_stats reads
+_DERIVE_WINDOW = 2000  # steps per chunk: memory stays bounded on long runs
 
 
 def _derive_step_stats(session: Session, run_id: int) -> None:
+    """Per-step stats from the run's events, a window of steps at a time (plus the step
+    before each window, which the update delay needs)."""
     cols = [Event.rank, Event.step, Event.tensor, Event.phase, Event.t0, Event.t1, Event.arrival]
-    rows = session.execute(select(*cols).where(Event.run_id == run_id)).all()
-    if not rows:
+    lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step)).where(Event.run_id == run_id)).one()
+    if lo is None:
         return
-    stats = step_stats(pd.DataFrame(rows, columns=[c.key for c in cols]))
-    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-               for r in stats.to_dict("records")]
-    for r in records:
-        r["run_id"] = run_id
-        r["step"] = int(r["step"])
-        r["collectives"] = int(r["collectives"])
-    session.execute(insert(StepStat), records)
+    for start in range(lo, hi + 1, _DERIVE_WINDOW):
+        stop = start + _DERIVE_WINDOW
+        rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
+                                                   Event.step >= start - 1, Event.step < stop)).all()
+        if not rows:
+            continue
+        stats = step_stats(pd.DataFrame(rows, columns=[c.key for c in cols]))
+        stats = stats[stats["step"] >= start]
+        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                   for r in stats.to_dict("records")]
+        for r in records:
+            r["run_id"] = run_id
+            r["step"] = int(r["step"])
+            r["collectives"] = int(r["collectives"])
+        if records:
+            session.execute(insert(StepStat), records)
 
 
 log = logging.getLogger(__name__)
@@ -61,51 +75,41 @@ class IngestError(ValueError):
 
 
 class _Reader:
-    """Records of one rank file; a cut-off last line (a writer killed mid-line) is skipped and noted."""
+    """Records of one rank file, read in blocks of lines.
+
+    Only the file's last line may be cut off (a writer killed mid-line): it is
+    skipped and noted in ``truncated``. A bad line anywhere else is an error.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.truncated = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return _records(self.path, self)
-
-
-def _records(path: Path, reader: _Reader) -> Iterator[dict[str, Any]]:
-    with open(path, "rb") as fh:
-        pending = None  # hold one line back: only the last may be cut off
+        path, loads = self.path, _loads
         lineno = 0
-        for raw in fh:
-            if pending is not None:
-                yield _parse(path, lineno, pending, last=False)
-            lineno += 1
-            pending = raw
-        if pending is not None:
-            try:
-                yield _parse(path, lineno, pending, last=True)
-            except _CutOff:
-                reader.truncated = True
-
-
-class _CutOff(Exception):
-    pass
-
-
-def _parse(path: Path, lineno: int, raw: bytes, last: bool) -> dict[str, Any]:
-    if not raw.strip():
-        return {"type": "blank", "schema": SUPPORTED_SCHEMAS[0]}
-    try:
-        rec = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        if last and not raw.endswith(b"\n"):
-            raise _CutOff() from None
-        raise IngestError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    if rec.get("schema") not in SUPPORTED_SCHEMAS:
-        raise IngestError(
-            f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
-            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy"
-        )
-    return rec
+        with open(path, "rb") as fh:
+            while True:
+                block = fh.readlines(1 << 22)
+                if not block:
+                    return
+                last_block = not fh.peek(1) if hasattr(fh, "peek") else False
+                for i, raw in enumerate(block):
+                    lineno += 1
+                    try:
+                        rec = loads(raw)
+                    except _DecodeError as exc:
+                        if not raw.strip():
+                            continue
+                        if last_block and i == len(block) - 1 and not raw.endswith(b"\n"):
+                            self.truncated = True
+                            return
+                        raise IngestError(f"{path}:{lineno}: not valid JSON ({str(exc).split(':')[0]})") from None
+                    if rec.get("schema") not in SUPPORTED_SCHEMAS:
+                        raise IngestError(
+                            f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
+                            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy")
+                    yield rec
 
 
 def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None) -> bool:
@@ -124,7 +128,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
     if not rank_files:
         raise IngestError(f"{run_dir}/metrics: no rank-*.jsonl files")
 
-    with Session(engine) as session, session.begin():
+    with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
         if run is None:
             raise IngestError(f"run id {run_id} is not in the database")
@@ -132,26 +136,30 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
             return False
         hosts: list[str] = []
         versions: dict[str, Any] | None = None
-        steps: list[dict[str, Any]] = []
-        events: list[dict[str, Any]] = []
+        steps = RowSink(session, "steps", ("run_id", "rank", *_STEP_FIELDS))
+        events = RowSink(session, "events", _EVENT_COLUMNS)
         truncated: list[str] = []
         for path in rank_files:
             rank = int(path.stem.split("-")[1])
             start: dict[str, Any] = {}
             end: dict[str, Any] = {}
             reader = _Reader(path)
+            event_rows, step_rows = events.rows, steps.rows  # the hot loop appends directly
             for rec in reader:
                 kind = rec["type"]
-                if kind == "step":
-                    steps.append({"run_id": run_id, "rank": rank, **{k: rec.get(k) for k in _STEP_FIELDS}})
-                    if len(steps) >= BATCH_ROWS:
-                        session.execute(insert(Step), steps)
-                        steps = []
-                elif kind == "event":
-                    events.append(_event_row(run_id, rank, rec))
-                    if len(events) >= BATCH_ROWS:
-                        session.execute(insert(Event), events)
-                        events = []
+                if kind == "event":
+                    tensors = rec.get("tensors")
+                    event_rows.append((run_id, rank, rec["step"], rec.get("tensor", ""), rec["phase"], rec["t0"],
+                                       rec["t1"], rec.get("bytes", 0),
+                                       ",".join(tensors) if tensors.__class__ is list else None, rec.get("arrival")))
+                    if len(event_rows) >= events.batch:
+                        events.flush()
+                        event_rows = events.rows
+                elif kind == "step":
+                    step_rows.append((run_id, rank, *[rec.get(k) for k in _STEP_FIELDS]))
+                    if len(step_rows) >= steps.batch:
+                        steps.flush()
+                        step_rows = steps.rows
                 elif kind == "round":
                     session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
                 elif kind == "eval":
@@ -170,11 +178,10 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                 "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
                 "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
             }])
-        if steps:
-            session.execute(insert(Step), steps)
-        if events:
-            session.execute(insert(Event), events)
-        _derive_step_stats(session, run_id)
+        steps.flush()
+        events.flush()
+        if events.written:
+            _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)
         if job_id:
             run.job_id = str(job_id)

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 
+from .store import writer
 from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study, utcnow
 
 _SPEC_COLUMNS = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
@@ -67,7 +68,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
     """
     decisions: list[RunDecision] = []
     now = time.time()
-    with Session(engine) as session, session.begin():
+    with Session(writer(engine)) as session, session.begin():
         study = get_or_create_study(session, study_name)
         for p in planned:
             run = session.scalars(select(Run).where(Run.study_id == study.id, Run.run_key == p.run_key)).one_or_none()
@@ -112,18 +113,18 @@ def heartbeat(engine: Engine, run_ids: Iterable[int], driver: str) -> None:
     ids = list(run_ids)
     if not ids:
         return
-    with Session(engine) as session, session.begin():
+    with Session(writer(engine)) as session, session.begin():
         session.execute(update(Run).where(Run.id.in_(ids), Run.driver == driver).values(heartbeat=time.time()))
 
 
 def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:
-    with Session(engine) as session, session.begin():
+    with Session(writer(engine)) as session, session.begin():
         for run in session.scalars(select(Run).where(Run.id.in_(list(run_ids)))):
             if run.status == "pending":
                 run.status, run.started_at = "running", utcnow()
 
 
 def mark_failed(engine: Engine, run_id: int, error: str) -> None:
-    with Session(engine) as session, session.begin():
+    with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
         run.status, run.error, run.finished_at = "failed", error[-4000:], utcnow()

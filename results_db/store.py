@@ -45,6 +45,7 @@ def scrub(text: str, url: str | None) -> str:
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercised through connect()
+    dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event below emits BEGIN itself
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -53,14 +54,27 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercise
     cur.close()
 
 
+def _sqlite_begin(conn) -> None:
+    """Writers take SQLite's write lock up front (BEGIN IMMEDIATE), so concurrent sweeps queue on
+    the busy timeout instead of failing with "database is locked" when a reader upgrades;
+    readers keep plain deferred transactions and never wait on a writer (WAL)."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("writer") else "BEGIN")
+
+
+def writer(engine: Engine) -> Engine:
+    """The engine to open write transactions with."""
+    return engine.execution_options(writer=True)
+
+
 def connect(url: str | None = None, upgrade: bool = True) -> Engine:
     """An engine for the results database, its schema migrated to the code's revision."""
     resolved = resolve_db_url(url)
     engine = create_engine(resolved, future=True, hide_parameters=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     if upgrade:
         from .migrate import upgrade as upgrade_schema
 
-        upgrade_schema(engine)
+        upgrade_schema(writer(engine))
     return engine

@@ -33,7 +33,8 @@ def step_stats(events: pd.DataFrame) -> pd.DataFrame:
         per_rank = coll.assign(d=coll["t1"] - coll["t0"]).groupby(["step", "rank"])["d"].sum()
         steps["allreduce_seconds"] = per_rank.groupby("step").mean()
         steps["collectives"] = coll.groupby(["step", "rank"]).size().groupby("step").max()
-        spread = coll.groupby(["step", "tensor"])["arrival"].agg(lambda a: a.max() - a.min())
+        arrival = coll.groupby(["step", "tensor"])["arrival"]
+        spread = arrival.max() - arrival.min()
         steps["arrival_skew_max"] = spread.groupby("step").max()
         steps["arrival_skew_mean"] = spread.groupby("step").mean()
 

@@ -49,6 +49,9 @@ def test_detached_sweep_runs_on_and_is_resumed_not_duplicated(tmp_path):
     while time.monotonic() < deadline and _states(db) != ["done", "done"]:
         time.sleep(1)
     assert _states(db) == ["done", "done"], log.read_text()[-3000:]
+    deadline = time.monotonic() + 60  # the driver prints its table after the last ingestion
+    while time.monotonic() < deadline and "this sweep's runs" not in log.read_text():
+        time.sleep(0.5)
     assert "this sweep's runs" in log.read_text()
 
     third = scalestudy("sweep", *args, f"hydra.sweep.dir={tmp_path / 'mr3'}", cwd=tmp_path, timeout=120)
