@@ -48,7 +48,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=60, help="gradient-ready events per step and rank")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--postgres", default=None, help="a PostgreSQL URL (its schema is dropped and recreated)")
+    ap.add_argument("--memory-gb", type=float, default=0,
+                    help="instead: ingest a metrics directory of about this many GB and report peak memory")
     args = ap.parse_args()
+    if args.memory_gb:
+        memory(args.memory_gb)
+        return
 
     from sqlalchemy import create_engine, text
 
@@ -136,6 +141,27 @@ def main() -> None:
     print(f"ratio ours/raw sqlite3 executemany = {med['ours (sqlite)'] / med['raw sqlite3']:.3f}")
     if args.postgres:
         print(f"ratio ours/raw postgres COPY = {med['ours (postgres)'] / med['raw COPY (postgres)']:.3f}")
+
+
+def memory(gigabytes: float) -> None:
+    """Peak RSS while ingesting ~``gigabytes`` of metrics, next to that of a 1/16 directory."""
+    import subprocess
+    import sys
+
+    program = str(Path(__file__).resolve().parent.parent / "tests" / "db_programs" / "ingest_rss.py")
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-mem-"))
+    steps_per_gb = 23_800  # 4 ranks, 60 gradients per step: ~1 GB of JSON lines
+    for fraction in (1 / 16, 1.0):
+        run_dir = work / f"run-{fraction:g}"
+        make_metrics_dir(run_dir, 4, int(steps_per_gb * gigabytes * fraction), 60)
+        size = sum(p.stat().st_size for p in (run_dir / "metrics").iterdir()) / 2**30
+        out = subprocess.run([sys.executable, program, str(run_dir), f"sqlite:///{work / f'm{fraction:g}.db'}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        before, peak, seconds = (float(x) for x in out)
+        print(f"{size:6.3f} GB of metrics: peak RSS {peak:.0f} MiB ({peak - before:+.0f} MiB during ingestion), "
+              f"{seconds:.0f} s")
+        import shutil
+        shutil.rmtree(run_dir)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,22 @@
+"""Ingest one run directory into a fresh database and print the process's peak RSS (MiB).
+
+    python ingest_rss.py RUN_DIR DB_URL
+"""
+
+import resource
+import sys
+import time
+
+from results_db import connect
+from results_db.ingest import ingest_run
+from results_db.runs import PlannedRun, register_runs
+from workloads.spec import RunSpec
+
+run_dir, url = sys.argv[1], sys.argv[2]
+engine = connect(url)
+[d] = register_runs(engine, "rss", [PlannedRun("k", RunSpec.load(f"{run_dir}/spec.json").to_dict(), run_dir)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t0 = time.perf_counter()
+ingest_run(engine, d.run_id, run_dir)
+elapsed = time.perf_counter() - t0
+print(f"{before:.1f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} {elapsed:.2f}")
