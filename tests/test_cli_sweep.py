@@ -45,6 +45,10 @@ def test_default_smoke_study_end_to_end(tmp_path):
             steps = s.scalar(select(func.count()).select_from(Step).where(Step.run_id == run.id))
             assert steps == run.steps * run.world_size and run.steps > 0
             assert run.throughput > 0 and 0 <= run.final_top1 <= 1
+            # provenance: the project's commit, the orchestrator's environment, the resolved config
+            assert run.config["nodes"] == run.nodes and run.config["study_name"] == "smoke"
+            assert "db_url" not in run.config and run.environment["parsl"] and run.versions["mpi_library"]
+            assert run.git_commit is None or len(run.git_commit) == 40
             command = (tmp_path / "mr" / str(run.id - 1) / "command.txt").read_text()
             assert f"-n {run.world_size} -ppn {run.workers_per_node}" in command
             assert ",".join(["localhost"] * run.nodes) in command
