@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--accuracy-epochs", type=int, default=8)
-    ap.add_argument("--accuracy-lr", type=float, default=0.1)
+    ap.add_argument("--accuracy-lr", type=float, default=0.03)
     ap.add_argument("--accuracy-only", action="store_true", help="skip the steps/s part")
     args = ap.parse_args()
     k, p = 1, args.ranks
