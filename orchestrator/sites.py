@@ -49,6 +49,7 @@ class SiteConfig:
     walltime: str = "01:00:00"
     max_walltime: str = ""
     max_concurrent_runs: int = 1
+    oversubscribe: bool = False  # allow more threads per node than hardware threads (this host, small tests)
     scheduler_options: tuple[str, ...] = field(default_factory=tuple)
     worker_init: tuple[str, ...] = field(default_factory=tuple)
 
@@ -170,6 +171,8 @@ def load_site(name: str) -> SiteConfig:
     for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:
             _positive_int(f"site.{key}", raw[key])
+    if "oversubscribe" in raw and not isinstance(raw["oversubscribe"], bool):
+        raise ConfigError("site.oversubscribe", raw["oversubscribe"], "expected true or false")
     if "description" in raw and not isinstance(raw["description"], str):
         raise ConfigError("site.description", raw["description"], "expected a string")
     for key in ("partition", "account"):

@@ -72,7 +72,7 @@ class SweepRecorder:
             if job_site != site_name:
                 raise ConfigError("site", job_site, f"one sweep runs on one site ({site_name}); sweep other sites in separate commands")
             spec = build_run_spec(job.config, site)
-            if spec.threads_per_node > site.max_threads_per_node:
+            if spec.threads_per_node > site.max_threads_per_node and not site.oversubscribe:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
             specs.append(spec)

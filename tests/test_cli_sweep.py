@@ -123,3 +123,10 @@ def test_unknown_command_and_help(tmp_path):
     out = scalestudy("--help", cwd=tmp_path)
     assert out.returncode == 0 and "sweep" in out.stdout and "status" in out.stdout
     assert "no runs recorded yet" in scalestudy("status", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("study, runs", [("smoke", 4), ("horovod_scaling", 8), ("eager_sgd", 4), ("eager_sgd_lstm", 3)])
+def test_every_shipped_study_validates(tmp_path, study, runs):
+    proc = scalestudy("sweep", f"study={study}", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("    launch: ") == runs and f"study {study}" in proc.stdout
