@@ -182,7 +182,7 @@ class ParslLauncher(Launcher):
         dfk = parsl.load(build_parsl_config(site, sweep_dir / ".parsl", [j.num_nodes for j in to_run]))
         try:
             apps = {n: PythonApp(_run_hydra_job, data_flow_kernel=dfk, executors=[executor_label(site, n)])
-                    for n in {j.num_nodes for j in to_run}}
+                    for n in {j.num_nodes for j in to_run}}  # local: one executor serves every size
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
             for job in to_run:

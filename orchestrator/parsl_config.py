@@ -48,7 +48,9 @@ def _put_env_on_path() -> None:
 
 
 def executor_label(site: SiteConfig, nodes: int) -> str:
-    return f"{site.name}-{nodes}n"
+    """One executor per node count on a scheduler; one for everything on this host, where
+    runs of different sizes would otherwise run at once on the same cores."""
+    return site.name if site.provider == "local" else f"{site.name}-{nodes}n"
 
 
 def binding_flags(site: SiteConfig, threads_per_rank: int) -> str:
@@ -105,12 +107,13 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
     _put_env_on_path()
     init = worker_init(site, run_dir)
     local = site.provider == "local"
+    sizes = {executor_label(site, n): n for n in sorted(set(node_counts))}
     executors = [
-        MPIExecutor(label=executor_label(site, n), provider=make_provider(site, n, init),
+        MPIExecutor(label=label, provider=make_provider(site, n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if local or site.name.startswith("local") else None,
                     heartbeat_period=5 if local else 15, heartbeat_threshold=30 if local else 120)
-        for n in sorted(set(node_counts))
+        for label, n in sizes.items()
     ]
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
 

@@ -6,6 +6,7 @@ as the revision whose tables it has, then upgraded.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -33,6 +34,7 @@ def head_revision() -> str:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # not "Context impl ..." on every open
     cfg = alembic_config(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn

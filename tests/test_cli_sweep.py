@@ -52,6 +52,13 @@ def test_default_smoke_study_end_to_end(tmp_path):
             command = (tmp_path / "mr" / str(run.id - 1) / "command.txt").read_text()
             assert f"-n {run.world_size} -ppn {run.workers_per_node}" in command
             assert ",".join(["localhost"] * run.nodes) in command
+    # on this host one run at a time, whatever its size: their MPI lifetimes never overlap
+    spans = []
+    for run in runs:
+        lines = (tmp_path / "mr" / str(run.id - 1) / "metrics" / "rank-0.jsonl").read_text().splitlines()
+        spans.append((json.loads(lines[0])["t"], json.loads(lines[-1])["t"]))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
     # the smallest run learns the digits
     assert max(r.final_top1 for r in runs) > 0.9
     # the sweep printed its results table
