@@ -78,7 +78,7 @@ PAD = 0  # token id of padding; real tokens are >= 1
 
 def token_sequences(path: str | None = None, n: int = 2048, length: int = 32, vocab: int = 32, classes: int = 4,
                     variable_length: bool = False) -> Dataset:
-    """Token sequences whose class is set by the first token: the LSTM must carry it to the end.
+    """Token sequences whose class is the last real token, among distractor tokens.
 
     With ``variable_length`` lengths follow a long-tailed (log-normal) law between 8
     and 8 x ``length``, padded with ``PAD``: a batch costs what its longest sequence
@@ -88,10 +88,12 @@ def token_sequences(path: str | None = None, n: int = 2048, length: int = 32, vo
     max_len = 8 * length if variable_length else length
     x = rng.integers(classes + 1, vocab, size=(n, max_len)).astype(np.int64)
     y = rng.integers(0, classes, size=n).astype(np.int64)
-    x[:, 0] = y + 1
     if variable_length:
         lengths = np.clip(rng.lognormal(math.log(length), 0.8, size=n).astype(int), 8, max_len)
         x[np.arange(max_len)[None, :] >= lengths[:, None]] = PAD
+    else:
+        lengths = np.full(n, max_len)
+    x[np.arange(n), lengths - 1] = y + 1
     return _split("sequences", "sequence", x, y, classes)
 
 
