@@ -152,7 +152,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     engine.set_optimizer(torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum))
     timeline = spec.timeline
 
-    phases = {"data": 0.0, "forward": 0.0, "delay": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
+    phases = dict.fromkeys(PHASES, 0.0)
     step = samples_seen = 0
     train_seconds = 0.0
     last_top1 = last_loss = float("nan")
@@ -181,11 +181,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 engine.step()
                 t5 = time.perf_counter()
                 samples_seen += sampler.global_batch_size
-                timings = {"data": t1 - t0, "forward": t2 - t1, "delay": t2d - t2, "backward": t3 - t2d,
-                           "comm_wait": t4 - t3, "update": t5 - t4}
-                for k, v in timings.items():
-                    phases[k] += v
-                writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
+                record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), (t0, t1, t2, t2d, t3, t4, t5))
                 if timeline:
                     _write_step_events(writer, step, t_start, t0, (t1, t2, t2d, t3, t4, t5), engine.drain_events())
                 if rank == 0:
@@ -203,6 +199,18 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     return make_outcome(spec, comm, model, steps=step, samples=samples_seen, train_seconds=train_seconds,
                         wall_start=wall_start, phases=phases, top1=last_top1, loss=last_loss,
                         global_batch=sampler.global_batch_size)
+
+
+PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
+
+
+def record_step(writer: MetricsWriter, phases: dict[str, float], step: int, epoch: int, samples: int,
+                t_start: float, loss: float, marks: tuple[float, ...]) -> None:
+    """One step record from the loop's seven time marks; also adds to the rank's phase totals."""
+    timings = {name: b - a for name, a, b in zip(PHASES, marks, marks[1:])}
+    for name, seconds in timings.items():
+        phases[name] += seconds
+    writer.step(step=step, epoch=epoch, samples=samples, t_start=t_start, loss=loss, **timings)
 
 
 def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps: int, samples: int,

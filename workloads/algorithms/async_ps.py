@@ -44,7 +44,7 @@ def _evaluate_here(model: nn.Module, data: Dataset, batch: int = 512) -> tuple[f
 
 def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
                    data: Dataset, model: nn.Module, delays: DelayInjector):
-    from ..train import make_outcome
+    from ..train import PHASES, make_outcome, record_step
 
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2:
@@ -57,7 +57,7 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
     sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, max(rank - 1, 0), workers, spec.seed,
                                  spec.steps_per_epoch)
     steps_per_epoch = sampler.steps_per_epoch()
-    phases = {"data": 0.0, "forward": 0.0, "delay": 0.0, "backward": 0.0, "comm_wait": 0.0, "update": 0.0}
+    phases = dict.fromkeys(PHASES, 0.0)
     top1 = loss_value = float("nan")
     comm.Barrier()
     wall_start = time.perf_counter()
@@ -117,11 +117,7 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
                 t4 = time.perf_counter()
                 vector_to_parameters(flat, params)
                 t5 = time.perf_counter()
-                timings = {"data": t1 - t0, "forward": t2 - t1, "delay": t2d - t2, "backward": t3 - t2d,
-                           "comm_wait": t4 - t3, "update": t5 - t4}
-                for k, v in timings.items():
-                    phases[k] += v
-                writer.step(step=step, epoch=epoch, samples=len(idx), t_start=t_start, loss=loss.item(), **timings)
+                record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), (t0, t1, t2, t2d, t3, t4, t5))
                 step += 1
             train_seconds += time.perf_counter() - epoch_start
     # every rank ends with the server's model, so final weights and accuracy are the server's
