@@ -17,10 +17,9 @@ accuracy within 1 percentage point of sync. Ratios printed last.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 
-from harness import interleave, median, run_workload
+from harness import interleave, measure, median
 
 
 def main() -> None:
@@ -38,18 +37,16 @@ def main() -> None:
     args = ap.parse_args()
     k, p = 1, args.ranks
 
-    def run(algorithm: str, delay_ms: float, **extra) -> dict:
+    def run(algorithm: str, delay_ms: float) -> float:
         spec = {"algorithm": algorithm, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
                 "steps_per_epoch": args.steps, "imbalance_kind": "injected" if delay_ms else "none",
-                "imbalance_ranks": k, "imbalance_delay_ms": delay_ms, **extra}
-        result = run_workload(spec, p)
-        shutil.rmtree(result["run_dir"], ignore_errors=True)
-        return result
+                "imbalance_ranks": k, "imbalance_delay_ms": delay_ms}
+        return measure(spec, p, "steps_per_second")
 
     if args.accuracy_only:
-        accuracy(args, run_workload, k, p)
+        accuracy(args, k, p)
         return
-    base = [run("sync", 0)["steps_per_second"] for _ in range(3)]
+    base = [run("sync", 0) for _ in range(3)]
     c = 1.0 / median(base)
     d_ms = c * 1000.0
     print(f"step compute C = {c * 1e3:.1f} ms (sync, no imbalance); injected delay D = {d_ms:.1f} ms on {k} of {p} ranks")
@@ -58,7 +55,7 @@ def main() -> None:
     for algorithm in ("sync", "eager_solo", "eager_majority"):
         for delay in (0.0, d_ms):
             name = f"{algorithm}{'+delay' if delay else ''}"
-            variants[name] = (lambda a=algorithm, dl=delay: run(a, dl)["steps_per_second"])
+            variants[name] = (lambda a=algorithm, dl=delay: run(a, dl))
     samples = interleave(variants, args.repeats)
     med = {name: median(v) for name, v in samples.items()}
     bound_sync = 1.0 / (c + d_ms / 1e3)
@@ -74,10 +71,10 @@ def main() -> None:
     print(f"ratio eager_majority/sync (delay) = {med['eager_majority+delay'] / med['sync+delay']:.3f}")
     print(f"ratio eager_solo/sync (no imbalance) = {med['eager_solo'] / med['sync']:.3f}")
     print(f"ratio eager_majority/sync (no imbalance) = {med['eager_majority'] / med['sync']:.3f}")
-    accuracy(args, run_workload, k, p)
+    accuracy(args, k, p)
 
 
-def accuracy(args, run_workload, k: int, p: int) -> None:
+def accuracy(args, k: int, p: int) -> None:
     """Final top-1 at equal epochs under the same delay scheme (small CNN on digits), mean over seeds."""
     print(f"accuracy: small_cnn on digits, {args.accuracy_epochs} epochs, lr {args.accuracy_lr}, momentum 0.9, "
           f"seeds 0..{args.seeds - 1}, {k} of {p} ranks delayed 15 ms per step")
@@ -87,9 +84,7 @@ def accuracy(args, run_workload, k: int, p: int) -> None:
             spec = {"algorithm": algorithm, "batch_size": 16, "epochs": args.accuracy_epochs, "seed": seed,
                     "lr": args.accuracy_lr, "imbalance_kind": "injected", "imbalance_ranks": k,
                     "imbalance_delay_ms": 15.0}
-            result = run_workload(spec, p)
-            shutil.rmtree(result["run_dir"], ignore_errors=True)
-            top1[algorithm].append(result["final_top1"])
+            top1[algorithm].append(measure(spec, p, "final_top1"))
     mean = {a: statistics.mean(v) for a, v in top1.items()}
     for a, v in top1.items():
         print(f"  {a:15s} top-1 {mean[a]:.4f}  ({', '.join(f'{x:.4f}' for x in v)})")

@@ -8,9 +8,8 @@ Target: sync / ddp >= 0.9 (aim >= 1.0). Prints the ratio of medians last.
 from __future__ import annotations
 
 import argparse
-import shutil
 
-from harness import interleave, median, run_workload
+from harness import interleave, measure, median
 
 
 def main() -> None:
@@ -30,9 +29,7 @@ def main() -> None:
             spec = {"algorithm": algorithm, "model": args.model, "dataset": args.dataset,
                     "batch_size": args.batch_size, "steps_per_epoch": args.steps,
                     "fusion_threshold_mb": args.fusion_mb, "cycle_time_ms": args.cycle_ms}
-            result = run_workload(spec, args.ranks)
-            shutil.rmtree(result["run_dir"], ignore_errors=True)
-            return result["throughput"]
+            return measure(spec, args.ranks)
         return run
 
     print(f"sync vs ddp: {args.model} on {args.dataset}, {args.ranks} ranks x 1 thread, batch {args.batch_size}/rank, "

@@ -8,9 +8,8 @@ Target: on is at most 5 % slower (on/off >= 0.95). Ratio of medians printed last
 from __future__ import annotations
 
 import argparse
-import shutil
 
-from harness import interleave, median, run_workload
+from harness import interleave, measure, median
 
 
 def main() -> None:
@@ -27,9 +26,7 @@ def main() -> None:
         def run() -> float:
             spec = {"algorithm": "sync", "model": args.model, "dataset": args.dataset, "timeline": timeline,
                     "batch_size": args.batch_size, "steps_per_epoch": args.steps}
-            result = run_workload(spec, args.ranks)
-            shutil.rmtree(result["run_dir"], ignore_errors=True)
-            return result["throughput"]
+            return measure(spec, args.ranks)
         return run
 
     print(f"timeline on vs off: sync, {args.model}, {args.ranks} ranks, batch {args.batch_size}/rank, "

@@ -48,6 +48,15 @@ def run_workload(spec: dict[str, Any], ranks: int, timeout: float = 900) -> dict
     return result
 
 
+def measure(spec: dict[str, Any], ranks: int, key: str = "throughput") -> float:
+    """One run's ``result.json[key]``; the run's folder is removed afterwards."""
+    import shutil
+
+    result = run_workload(spec, ranks)
+    shutil.rmtree(result["run_dir"], ignore_errors=True)
+    return result[key]
+
+
 def relaunch_under_mpiexec(ranks: int, argv: list[str]) -> int:
     """Run this script again as ``ranks`` MPI processes (with ``--worker``); return its exit code."""
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
     from sqlalchemy.exc import SQLAlchemyError
 
-    from results_db.store import resolve_db_url, safe_url, scrub
+    from results_db.store import safe_url, scrub
 
     from .errors import ScalestudyError
 

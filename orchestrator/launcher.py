@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence

@@ -12,9 +12,6 @@ from typing import Optional
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-RUN_STATES = ("pending", "running", "done", "partial", "failed")
-
-
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -41,6 +38,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
     run_key: Mapped[str] = mapped_column(String(64))
+    # pending, running, done, partial (metrics cut off mid-line), failed
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
 
     site: Mapped[str] = mapped_column(String(128))

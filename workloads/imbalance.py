@@ -49,7 +49,3 @@ class DelayInjector:
             mu = math.log(d) - self.sigma ** 2 / 2.0  # mean exp(mu + sigma^2/2) = d
             return float(rng.lognormal(mu, self.sigma))
         raise ValueError(f"imbalance.kind={self.kind!r} is unknown; known: {', '.join(KINDS)}")
-
-    def expected_slowest_extra(self) -> float:
-        """Mean extra seconds per step of a job whose speed is its slowest rank (injected/fixed)."""
-        return self.delay_ms / 1000.0 if self.kind in ("injected", "fixed") else float("nan")

@@ -12,7 +12,6 @@ Flavor: $FAKE_SCHED_FLAVOR = cobalt | pbs.
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys

@@ -33,7 +33,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .background import require_thread_multiple
-from .fused_allreduce import wait_polling
 
 _ACT_TAG = 4711
 _POLL = 50e-6
