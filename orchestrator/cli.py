@@ -90,6 +90,14 @@ def _detach(args: list[str]) -> int:
 
     if "--dry-run" in args:
         return _fail("--detach and --dry-run together make no sense: a dry run submits nothing")
+    # Validate in the foreground first: bad input must fail here, in one line, not in a log.
+    check = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", "--dry-run", *args],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=os.getcwd())
+    if check.returncode != 0:
+        lines = check.stderr.strip().splitlines()
+        print(lines[-1] if lines else f"scalestudy: error: the sweep does not validate (exit {check.returncode})",
+              file=sys.stderr)
+        return check.returncode
     logs = Path(".scalestudy") / "sweeps"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = (logs / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log").absolute()

@@ -62,3 +62,10 @@ def test_detached_sweep_runs_on_and_is_resumed_not_duplicated(tmp_path):
 def test_detach_with_dry_run_is_refused(tmp_path):
     proc = scalestudy("sweep", "--detach", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 2 and "make no sense" in proc.stderr
+
+
+def test_detach_with_bad_input_fails_at_once_and_starts_nothing(tmp_path):
+    proc = scalestudy("sweep", "--detach", "nodes=0", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "nodes=0" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "sweep detached" not in proc.stdout
+    assert not (tmp_path / ".scalestudy" / "sweeps").exists() or not list((tmp_path / ".scalestudy" / "sweeps").iterdir())
