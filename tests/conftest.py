@@ -67,6 +67,14 @@ def postgres_url() -> str:
     url = _postgres_url()
     if not url:
         pytest.skip("no PostgreSQL server: set SCALESTUDY_TEST_PG_URL or run scripts/local-postgres.sh start as root")
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except ArgumentError:
+        # one clear failure instead of two dozen set-up errors (the URL is a test-only one, masked all the same)
+        pytest.fail(f"SCALESTUDY_TEST_PG_URL is not a single SQLAlchemy URL: {url.splitlines()[0][:60]!r}…", pytrace=False)
     return url
 
 
