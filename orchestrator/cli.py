@@ -21,6 +21,7 @@ commands:
   query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG]
                                     one row per run (or per group): table, CSV, JSON, Parquet
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
+  figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
   sites                             the site configs this install knows
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
@@ -205,6 +206,55 @@ def _compare(argv: Sequence[str]) -> int:
     return 0
 
 
+def _figures(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy figures",
+                                     description="Redraw a study's figures from the results database.")
+    parser.add_argument("--study", help="the study to draw (see `scalestudy status`)")
+    parser.add_argument("--out", default=None, help="output folder (default: figures/<study>)")
+    parser.add_argument("--format", default="png", help="comma-separated: png, pdf, svg (default: png)")
+    parser.add_argument("--only", default=None, help="comma-separated figure names (see --list)")
+    parser.add_argument("--where", action="append", default=None, help="draw only runs matching, e.g. 'nodes<=8'")
+    parser.add_argument("--run-id", type=int, default=None, help="the run whose timeline to draw (default: the largest)")
+    parser.add_argument("--list", action="store_true", help="list the figures and what each needs, then exit")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from results_db.figures import CATALOG
+
+    if args.list:
+        for spec in CATALOG:
+            print(f"{spec.name:31s} {spec.title}  [needs {spec.needs}]")
+        return 0
+    if not args.study:
+        return _fail("figures: give --study NAME (`scalestudy status` lists the studies)")
+
+    from results_db import connect, query
+    from results_db.figures import FigureDataError, check_choices, render_study
+    from results_db.store import resolve_db_url, safe_url
+
+    out = Path(args.out or Path("figures") / args.study)
+    split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
+    url = resolve_db_url(args.db)
+
+    def report(result) -> None:
+        if result.skipped:
+            print(f"  skipped {result.name}: {result.skipped}")
+        else:
+            print(f"  drew    {result.name} ({result.rows} rows): {', '.join(p.name for p in result.files)}")
+
+    try:
+        formats, only = split(args.format), (split(args.only) if args.only else None)
+        check_choices(formats, only)
+        print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
+        results = render_study(connect(url), args.study, out, formats=formats, only=only, where=args.where,
+                               run_id=args.run_id, on_result=report, source=safe_url(url))
+    except (FigureDataError, query.QueryError) as exc:
+        return _fail(str(exc))
+    drawn = sum(1 for r in results if not r.skipped)
+    print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")
+    return 0 if drawn else 1
+
+
 def _sites(argv: Sequence[str]) -> int:
     argparse.ArgumentParser(prog="scalestudy sites").parse_args(argv)
     from .sites import known_sites, load_site
@@ -231,7 +281,8 @@ def _db(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "sites": _sites, "db": _db}
+COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
+            "sites": _sites, "db": _db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,211 @@
+"""The tidy tables behind each figure, computed from SQL.
+
+Each function returns exactly the numbers its figure draws (and ``scalestudy
+figures`` writes them beside the image as CSV), so a figure can be checked, and
+redrawn by other tools, without re-deriving anything. Repeats are runs that differ
+only in ``seed``: they are averaged. A *configuration* is named by the sweep axes
+that actually vary in the study, so labels stay short ("nodes=2, wpn=4").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+from sqlalchemy import Engine, case, func, select
+
+from .. import query
+from ..schema import Event, Round, Step
+
+# The axes a configuration is made of, in the order labels name them (seed is the repeat).
+CONFIG_AXES = ("algorithm", "model", "dataset", "nodes", "workers_per_node", "threads_per_node", "batch_size",
+               "fusion_threshold_mb", "cycle_time_ms", "sync_every", "imbalance_kind", "imbalance_ranks",
+               "imbalance_delay_ms", "lr", "epochs", "site")
+SCALING_AXES = ("nodes", "workers_per_node", "threads_per_node", "batch_size")
+SHORT = {"workers_per_node": "wpn", "threads_per_node": "tpn", "batch_size": "batch", "fusion_threshold_mb": "fusion_mb",
+         "cycle_time_ms": "cycle_ms", "imbalance_kind": "imbalance", "imbalance_ranks": "slow_ranks",
+         "imbalance_delay_ms": "delay_ms"}
+STEP_PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
+TIMELINE_LANES = ("forward", "delay", "backward", "wait", "update")
+
+
+class FigureDataError(ValueError):
+    """The study cannot give what a figure or the user's choice needs."""
+
+
+@dataclass(frozen=True)
+class StudyRuns:
+    """A study's finished runs and the configuration axes that vary across them."""
+
+    study: str
+    runs: pd.DataFrame   # one row per finished run (query.RUN_COLUMNS)
+    varying: tuple[str, ...]
+
+    def label(self, row, axes: Sequence[str] | None = None) -> str:
+        axes = self.varying if axes is None else axes
+        parts = [f"{SHORT.get(a, a)}={_fmt(row[a])}" for a in axes]
+        return ", ".join(parts) or "all runs"
+
+    def with_config(self, axes: Sequence[str] | None = None) -> pd.DataFrame:
+        """The runs with a ``config`` label over ``axes`` (default: every varying axis)."""
+        frame = self.runs.copy()
+        frame["config"] = [self.label(row, axes) for _, row in frame.iterrows()]
+        return frame
+
+
+def _fmt(value) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
+    """The study's ``done`` runs; a clear error when there are none to draw."""
+    every = query.runs(engine, study=study, columns=["run_id", "status"])
+    if every.empty:
+        known = sorted(set(query.status_counts(engine)["study"])) if not query.status_counts(engine).empty else []
+        raise FigureDataError(f"study {study!r} has no runs in this database"
+                              + (f"; studies here: {', '.join(known)}" if known else ""))
+    runs = query.runs(engine, study=study, where=[*(_as_list(where)), "status=done"])
+    if runs.empty:
+        states = every["status"].value_counts().to_dict()
+        raise FigureDataError(f"study {study!r} has no finished runs to draw (runs by state: {states})")
+    varying = tuple(a for a in CONFIG_AXES if runs[a].nunique(dropna=False) > 1)
+    return StudyRuns(study, runs, varying)
+
+
+def _as_list(where) -> list[str]:
+    if not where:
+        return []
+    return [where] if isinstance(where, str) else list(where)
+
+
+def throughput_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
+    """Samples/s against one scaling axis, one series per setting of the other varying axes.
+
+    For ``nodes`` the ``ideal`` column is linear scaling from each series' smallest
+    node count (the reference line of a strong-scaling plot of throughput)."""
+    others = [a for a in sr.varying if a != axis]
+    frame = sr.with_config(others).rename(columns={"config": "series"})
+    stats = (frame.groupby(["series", axis], dropna=False)["throughput"]
+             .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
+    stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
+    if axis == "nodes":
+        first = stats.sort_values("nodes").groupby("series").first()
+        stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, "nodes"]
+                          for s, n in zip(stats["series"], stats["nodes"])]
+    return stats.sort_values(["series", axis]).reset_index(drop=True)
+
+
+def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
+    """Mean seconds per step in each phase, per configuration (mean over ranks, steps, repeats).
+
+    Step 0 is left out: it pays for lazy initialisation (allocator, first
+    collectives) that no later step does."""
+    ids = [int(i) for i in sr.runs["run_id"]]
+    cols = [func.avg(getattr(Step, p)).label(p) for p in STEP_PHASES]
+    stmt = select(Step.run_id.label("run_id"), *cols).where(Step.run_id.in_(ids), Step.step > 0).group_by(Step.run_id)
+    with engine.connect() as conn:
+        per_run = pd.DataFrame(conn.execute(stmt).all(), columns=["run_id", *STEP_PHASES])
+    if per_run.empty:
+        return per_run
+    per_run = per_run.fillna(0.0).astype({p: float for p in STEP_PHASES})
+    frame = sr.with_config()[["run_id", "config", "world_size"]].merge(per_run, on="run_id")
+    out = frame.groupby("config", sort=False)[list(STEP_PHASES)].mean().reset_index()
+    out["total"] = out[list(STEP_PHASES)].sum(axis=1)
+    return out
+
+
+def step_stat_distribution(engine: Engine, sr: StudyRuns, column: str, scale: float = 1e3) -> pd.DataFrame:
+    """Per configuration and step, one derived timeline measure (default in ms): the box plots' data."""
+    ids = [int(i) for i in sr.runs["run_id"]]
+    stats = query.step_stats(engine, ids)
+    if stats.empty or stats[column].notna().sum() == 0:
+        return pd.DataFrame(columns=["config", "run_id", "step", "value"])
+    frame = sr.with_config()[["run_id", "config"]].merge(stats[["run_id", "step", column]], on="run_id")
+    frame = frame.dropna(subset=[column])
+    frame["value"] = frame[column] * scale
+    return frame[["config", "run_id", "step", "value"]].reset_index(drop=True)
+
+
+def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) -> int | None:
+    """``run_id`` if given (it must be in the study and have a timeline), else the best timeline run."""
+    ids = [int(i) for i in sr.runs["run_id"]]
+    stmt = (select(Event.run_id, func.count(Event.id), func.sum(case((Event.phase == "allreduce", 1), else_=0)))
+            .where(Event.run_id.in_(ids)).group_by(Event.run_id))
+    with engine.connect() as conn:
+        counts = {int(r): int(fused or 0) for r, _, fused in conn.execute(stmt).all()}
+    if run_id is not None:
+        if run_id not in ids:
+            raise FigureDataError(f"--run-id {run_id}: not a finished run of study {sr.study!r}")
+        if run_id not in counts:
+            raise FigureDataError(f"--run-id {run_id}: the run has no timeline (sweep it with timeline=true)")
+        return run_id
+    candidates = sr.runs[sr.runs["run_id"].isin(list(counts))]
+    if candidates.empty:
+        return None
+    # Prefer a run whose engine logged its collectives (the Horovod-style engine
+    # does), then the most ranks: that is the picture the timeline is for.
+    candidates = candidates.assign(fused=[counts[int(i)] > 0 for i in candidates["run_id"]])
+    return int(candidates.sort_values(["fused", "world_size", "run_id"]).iloc[-1]["run_id"])
+
+
+def timeline_window(engine: Engine, run_id: int, steps: int = 2) -> pd.DataFrame:
+    """Every rank's events over ``steps`` consecutive steps from the middle of the run, ms from the window's start."""
+    ev = query.events(engine, [run_id])
+    if ev.empty:
+        return pd.DataFrame(columns=["rank", "step", "phase", "tensor", "start_ms", "end_ms", "bytes"])
+    all_steps = sorted(ev["step"].unique())
+    first = all_steps[max(0, len(all_steps) // 2 - steps // 2)]
+    window = ev[(ev["step"] >= first) & (ev["step"] < first + steps)].copy()
+    t_ref = window["t0"].min()
+    window["start_ms"] = (window["t0"] - t_ref) * 1e3
+    window["end_ms"] = (window["t1"] - t_ref) * 1e3
+    return window[["rank", "step", "phase", "tensor", "start_ms", "end_ms", "bytes"]].sort_values(
+        ["rank", "start_ms"]).reset_index(drop=True)
+
+
+def throughput_by_algorithm(sr: StudyRuns) -> pd.DataFrame:
+    """Samples/s per algorithm within each setting of the other varying axes, with speedup over ``sync``."""
+    others = [a for a in sr.varying if a != "algorithm"]
+    frame = sr.with_config(others).rename(columns={"config": "setting"})
+    stats = (frame.groupby(["setting", "algorithm"], sort=False)["throughput"]
+             .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
+    stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
+    sync = stats[stats["algorithm"] == "sync"].set_index("setting")["throughput_mean"]
+    stats["speedup_vs_sync"] = [m / sync[s] if s in sync.index else float("nan")
+                                for s, m in zip(stats["setting"], stats["throughput_mean"])]
+    return stats
+
+
+def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
+    """Top-1 after each epoch, per configuration: mean over repeats of accuracy and of wall time."""
+    ids = [int(i) for i in sr.runs["run_id"]]
+    evals = query.evals(engine, ids)
+    if evals.empty:
+        return pd.DataFrame(columns=["config", "epoch", "top1", "wall", "repeats"])
+    frame = sr.with_config()[["run_id", "config"]].merge(evals[["run_id", "epoch", "top1", "wall"]], on="run_id")
+    return (frame.groupby(["config", "epoch"], sort=False)
+            .agg(top1=("top1", "mean"), wall=("wall", "mean"), repeats=("run_id", "nunique")).reset_index())
+
+
+def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
+    """Partial-collective rounds: mean fresh, stale and null contributions per round, per configuration."""
+    ids = [int(i) for i in sr.runs["run_id"]]
+    stmt = (select(Round.run_id, func.avg(Round.fresh), func.avg(Round.stale), func.avg(Round.null),
+                   func.count(Round.id), func.avg(Round.latency))
+            .where(Round.run_id.in_(ids), Round.synchronous.is_(False)).group_by(Round.run_id))
+    with engine.connect() as conn:
+        per_run = pd.DataFrame(conn.execute(stmt).all(),
+                               columns=["run_id", "fresh", "stale", "null", "rounds", "latency"])
+    if per_run.empty:
+        return per_run
+    # PostgreSQL averages integers as NUMERIC (Decimal): make them floats like SQLite's
+    per_run = per_run.astype({c: float for c in ("fresh", "stale", "null", "latency")})
+    frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
+    out = frame.groupby("config", sort=False)[["fresh", "stale", "null", "rounds", "latency"]].mean().reset_index()
+    out["latency_ms"] = out.pop("latency") * 1e3
+    return out

@@ -1,0 +1,147 @@
+"""Matplotlib drawings of the figure tables (``data.py``); no SQL here.
+
+Each function draws one table onto a fresh ``Figure``; styling stays plain and
+consistent so that figures of different studies read alike.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: a login node has no display
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from .data import SHORT, STEP_PHASES, TIMELINE_LANES  # noqa: E402
+
+PHASE_COLOURS = {"data": "#bbbbbb", "forward": "#4c72b0", "delay": "#c44e52", "backward": "#55a868",
+                 "comm_wait": "#dd8452", "wait": "#dd8452", "update": "#8172b3", "allreduce": "#937860",
+                 "negotiate": "#da8bc3", "grad_ready": "#000000"}
+
+
+def new_figure(width: float = 6.4, height: float = 4.2) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
+    ax = fig.subplots()
+    for series, part in frame.groupby("series", sort=False):
+        ax.errorbar(part[axis], part["throughput_mean"], yerr=part["throughput_std"], marker="o", capsize=3,
+                    label=series)
+        if "ideal" in part:
+            ax.plot(part[axis], part["ideal"], linestyle="--", color="grey", linewidth=0.8)
+    if "ideal" in frame:
+        ax.plot([], [], linestyle="--", color="grey", linewidth=0.8, label="linear scaling")
+    values = sorted(frame[axis].unique())
+    if len(values) > 2 and values[0] > 0 and values[-1] / values[0] >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(values, [str(v) for v in values])
+    ax.set_xlabel(SHORT.get(axis, axis).replace("_", " ") if axis != "nodes" else "nodes")
+    ax.set_ylabel("samples / s")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def stacked_phases(frame: pd.DataFrame, fig: Figure, phases=STEP_PHASES, unit: float = 1e3,
+                   ylabel: str = "ms per step") -> None:
+    ax = fig.subplots()
+    x = np.arange(len(frame))
+    bottom = np.zeros(len(frame))
+    for phase in phases:
+        if phase not in frame or not (frame[phase] > 0).any():
+            continue
+        values = frame[phase].to_numpy() * unit
+        ax.bar(x, values, bottom=bottom, label=phase, color=PHASE_COLOURS.get(phase))
+        bottom += values
+    _config_ticks(ax, frame["config"])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def distribution(frame: pd.DataFrame, fig: Figure, ylabel: str) -> None:
+    ax = fig.subplots()
+    configs = list(dict.fromkeys(frame["config"]))
+    ax.boxplot([frame.loc[frame["config"] == c, "value"].to_numpy() for c in configs], showfliers=True)
+    _config_ticks(ax, configs, start=1)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def timeline(frame: pd.DataFrame, fig: Figure) -> None:
+    """One row per rank: the training thread's phases above, the engine's collectives below."""
+    ax = fig.subplots()
+    ranks = sorted(frame["rank"].unique())
+    for rank in ranks:
+        mine = frame[frame["rank"] == rank]
+        for phase in (*TIMELINE_LANES, "allreduce", "negotiate"):
+            part = mine[mine["phase"] == phase]
+            if part.empty:
+                continue
+            y = (rank - 0.05, 0.4) if phase in TIMELINE_LANES else (rank - 0.45, 0.35)
+            ax.broken_barh(list(zip(part["start_ms"], part["end_ms"] - part["start_ms"])), y,
+                           facecolors=PHASE_COLOURS.get(phase), edgecolor="white", linewidth=0.3)
+        ready = mine[mine["phase"] == "grad_ready"]
+        ax.vlines(ready["start_ms"], rank - 0.05, rank + 0.35, colors="black", linewidth=0.4)
+    handles = [Patch(color=PHASE_COLOURS[p], label=p)
+               for p in (*TIMELINE_LANES, "allreduce", "negotiate") if (frame["phase"] == p).any()]
+    if (frame["phase"] == "grad_ready").any():
+        handles.append(Line2D([], [], color="black", linewidth=0.6, label="gradient ready"))
+    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (rank 0's clock)")
+    ax.legend(handles=handles, fontsize="x-small", ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+
+
+def algorithm_bars(frame: pd.DataFrame, fig: Figure) -> None:
+    ax = fig.subplots()
+    settings = list(dict.fromkeys(frame["setting"]))
+    algorithms = list(dict.fromkeys(frame["algorithm"]))
+    width = 0.8 / len(algorithms)
+    for i, algorithm in enumerate(algorithms):
+        part = frame[frame["algorithm"] == algorithm].set_index("setting").reindex(settings)
+        x = np.arange(len(settings)) + (i - (len(algorithms) - 1) / 2) * width
+        bars = ax.bar(x, part["throughput_mean"], width, yerr=part["throughput_std"], capsize=2, label=algorithm)
+        for bar, speedup in zip(bars, part["speedup_vs_sync"]):
+            if not np.isnan(speedup) and algorithm != "sync":
+                ax.annotate(f"{speedup:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize="x-small")
+    _config_ticks(ax, settings)
+    ax.set_ylabel("samples / s")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
+    ax = fig.subplots()
+    for config, part in frame.groupby("config", sort=False):
+        ax.plot(part[x], part["top1"], marker="o", markersize=3, label=config)
+    ax.set_xlabel("epoch" if x == "epoch" else "seconds since start")
+    ax.set_ylabel("top-1 accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def rounds(frame: pd.DataFrame, fig: Figure) -> None:
+    ax = fig.subplots()
+    x = np.arange(len(frame))
+    bottom = np.zeros(len(frame))
+    for part, colour in (("fresh", "#55a868"), ("stale", "#dd8452"), ("null", "#bbbbbb")):
+        ax.bar(x, frame[part], bottom=bottom, label=part, color=colour)
+        bottom += frame[part].to_numpy()
+    _config_ticks(ax, frame["config"])
+    ax.set_ylabel("ranks per round (mean)")
+    ax.legend(fontsize="small")
+
+
+def _config_ticks(ax, labels, start: int = 0) -> None:
+    labels = list(labels)
+    rotate = max((len(s) for s in labels), default=0) * len(labels) > 60
+    ax.set_xticks(np.arange(start, start + len(labels)), labels, rotation=30 if rotate else 0,
+                  ha="right" if rotate else "center", fontsize="small")
