@@ -85,6 +85,17 @@ def test_scaling_table_is_the_mean_over_seeds_with_linear_reference(engine):
     assert table.loc[("algorithm=eager_solo", 2), "ideal"] == pytest.approx(160.0 * 2)
 
 
+def test_an_axis_swept_in_step_with_another_is_not_a_separate_dimension():
+    # threads_per_node = workers_per_node (the default): a plot against threads would repeat the one against wpn
+    runs = pd.DataFrame({"nodes": [1, 1, 2, 2, 1, 1], "workers_per_node": [1, 2, 1, 2, 1, 2],
+                         "threads_per_node": [1, 2, 1, 2, 1, 2], "batch_size": [16, 16, 16, 16, 32, 32]})
+    assert fd.independent_axes(runs, ["nodes", "workers_per_node", "threads_per_node", "batch_size"]) == \
+        ("nodes", "workers_per_node", "batch_size")
+    # threads swept on their own at a fixed wpn are a dimension of their own
+    runs["threads_per_node"] = [1, 2, 2, 4, 2, 4]
+    assert "threads_per_node" in fd.independent_axes(runs, ["nodes", "workers_per_node", "threads_per_node"])
+
+
 def test_algorithm_table_gives_speedup_over_sync(engine):
     table = fd.throughput_by_algorithm(fd.load_study(engine, "figs")).set_index(["setting", "algorithm"])
     assert table.loc[("nodes=4", "eager_solo"), "speedup_vs_sync"] == pytest.approx(530.0 / 320.0)

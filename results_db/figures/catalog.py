@@ -59,7 +59,7 @@ class FigureResult:
 def _scaling_figure(axis: str) -> FigureSpec:
     return FigureSpec(
         name=f"throughput_vs_{axis}", title=f"Training throughput against {axis.replace('_', ' ')}",
-        needs=f"runs at more than one value of {axis}",
+        needs=f"{axis} swept at two values or more, not only in step with another axis",
         build=lambda ctx: data.throughput_vs(ctx.runs, axis) if axis in ctx.runs.varying else pd.DataFrame(),
         paint=lambda frame, fig: draw.throughput_vs(frame, fig, axis))
 

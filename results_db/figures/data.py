@@ -40,7 +40,7 @@ class StudyRuns:
 
     study: str
     runs: pd.DataFrame   # one row per finished run (query.RUN_COLUMNS)
-    varying: tuple[str, ...]
+    varying: tuple[str, ...]   # the axes that vary and are not implied by the others (see independent_axes)
 
     def label(self, row, axes: Sequence[str] | None = None) -> str:
         axes = self.varying if axes is None else axes
@@ -73,8 +73,21 @@ def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
     if runs.empty:
         states = every["status"].value_counts().to_dict()
         raise FigureDataError(f"study {study!r} has no finished runs to draw (runs by state: {states})")
-    varying = tuple(a for a in CONFIG_AXES if runs[a].nunique(dropna=False) > 1)
-    return StudyRuns(study, runs, varying)
+    varying = [a for a in CONFIG_AXES if runs[a].nunique(dropna=False) > 1]
+    return StudyRuns(study, runs, independent_axes(runs, varying))
+
+
+def independent_axes(runs: pd.DataFrame, varying: Sequence[str]) -> tuple[str, ...]:
+    """Drop each axis that the other kept axes determine (e.g. threads_per_node swept
+    in step with workers_per_node): naming it adds nothing to a label, and a plot
+    against it would only repeat the plot against the axis it moves with. Later axes
+    go first, so the more basic one (workers_per_node before threads) is kept."""
+    kept = list(varying)
+    for axis in reversed(list(varying)):
+        others = [a for a in kept if a != axis]
+        if others and (runs.groupby(others, dropna=False)[axis].nunique(dropna=False) <= 1).all():
+            kept.remove(axis)
+    return tuple(kept)
 
 
 def _as_list(where) -> list[str]:

@@ -52,8 +52,10 @@ def stacked_phases(frame: pd.DataFrame, fig: Figure, phases=STEP_PHASES, unit: f
     ax = fig.subplots()
     x = np.arange(len(frame))
     bottom = np.zeros(len(frame))
+    tallest = max(float(frame[[p for p in phases if p in frame]].sum(axis=1).max()), 1e-12)
     for phase in phases:
-        if phase not in frame or not (frame[phase] > 0).any():
+        # a phase too thin to see would only crowd the legend (e.g. no injected delay)
+        if phase not in frame or float(frame[phase].max()) < 2e-3 * tallest:
             continue
         values = frame[phase].to_numpy() * unit
         ax.bar(x, values, bottom=bottom, label=phase, color=PHASE_COLOURS.get(phase))
