@@ -101,11 +101,16 @@ def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
-def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None = None) -> pd.DataFrame:
-    """Timeline intervals (``timeline=true`` runs): per rank, step, tensor or fused buffer, phase."""
+def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None = None,
+           steps: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Timeline intervals (``timeline=true`` runs): per rank, step, tensor or fused buffer, phase.
+
+    ``steps=(first, last)`` reads only those steps (inclusive), through the (run, step) index."""
     stmt = select(Event).where(Event.run_id.in_(_ids(run_ids)))
     if phases:
         stmt = stmt.where(Event.phase.in_(list(phases)))
+    if steps is not None:
+        stmt = stmt.where(Event.step >= int(steps[0]), Event.step <= int(steps[1]))
     with engine.connect() as conn:
         return pd.read_sql(stmt.order_by(Event.run_id, Event.rank, Event.t0), conn)
 

@@ -173,7 +173,7 @@ def test_a_real_sweep_is_drawn_end_to_end(tmp_path):
 
     drawn = scalestudy("figures", "--study", "drawn", "--out", str(tmp_path / "fig"), cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
-    assert "skipped throughput_vs_nodes: needs runs at more than one value of nodes" in drawn.stdout
+    assert "skipped throughput_vs_nodes: needs nodes swept at two values or more" in drawn.stdout
     for name in ("throughput_by_algorithm", "step_time_breakdown", "timeline", "straggler_skew", "partial_rounds",
                  "accuracy_vs_epoch"):
         assert f"drew    {name}" in drawn.stdout

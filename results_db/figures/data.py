@@ -168,12 +168,13 @@ def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) 
 
 def timeline_window(engine: Engine, run_id: int, steps: int = 2) -> pd.DataFrame:
     """Every rank's events over ``steps`` consecutive steps from the middle of the run, ms from the window's start."""
-    ev = query.events(engine, [run_id])
-    if ev.empty:
+    # Read only the window (a long run holds millions of events): its steps come from the index.
+    with engine.connect() as conn:
+        lo, hi = conn.execute(select(func.min(Event.step), func.max(Event.step)).where(Event.run_id == run_id)).one()
+    if lo is None:
         return pd.DataFrame(columns=["rank", "step", "phase", "tensor", "start_ms", "end_ms", "bytes"])
-    all_steps = sorted(ev["step"].unique())
-    first = all_steps[max(0, len(all_steps) // 2 - steps // 2)]
-    window = ev[(ev["step"] >= first) & (ev["step"] < first + steps)].copy()
+    first = max(lo, (lo + hi) // 2 - steps // 2)
+    window = query.events(engine, [run_id], steps=(first, first + steps - 1))
     t_ref = window["t0"].min()
     window["start_ms"] = (window["t0"] - t_ref) * 1e3
     window["end_ms"] = (window["t1"] - t_ref) * 1e3

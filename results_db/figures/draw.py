@@ -131,15 +131,18 @@ def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
 
 
 def rounds(frame: pd.DataFrame, fig: Figure) -> None:
+    """Side by side, not stacked: a rank that missed a round brings its stale gradient
+    along with its fresh one, so one rank can count as both."""
     ax = fig.subplots()
     x = np.arange(len(frame))
-    bottom = np.zeros(len(frame))
-    for part, colour in (("fresh", "#55a868"), ("stale", "#dd8452"), ("null", "#bbbbbb")):
-        ax.bar(x, frame[part], bottom=bottom, label=part, color=colour)
-        bottom += frame[part].to_numpy()
+    parts = (("fresh", "#55a868"), ("stale", "#dd8452"), ("null", "#bbbbbb"))
+    width = 0.8 / len(parts)
+    for i, (part, colour) in enumerate(parts):
+        ax.bar(x + (i - 1) * width, frame[part], width, label=part, color=colour)
     _config_ticks(ax, frame["config"])
-    ax.set_ylabel("ranks per round (mean)")
-    ax.legend(fontsize="small")
+    ax.set_ylabel("ranks contributing (mean per round)")
+    ax.legend(fontsize="small", title="a rank can be fresh and stale", title_fontsize="x-small")
+    ax.grid(axis="y", alpha=0.3)
 
 
 def _config_ticks(ax, labels, start: int = 0) -> None:
