@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--accuracy-epochs", type=int, default=8)
     ap.add_argument("--accuracy-lr", type=float, default=0.03)
+    ap.add_argument("--accuracy-momentum", type=float, default=0.9)
     ap.add_argument("--accuracy-only", action="store_true", help="skip the steps/s part")
     args = ap.parse_args()
     k, p = 1, args.ranks
@@ -76,13 +77,15 @@ def main() -> None:
 
 def accuracy(args, k: int, p: int) -> None:
     """Final top-1 at equal epochs under the same delay scheme (small CNN on digits), mean over seeds."""
-    print(f"accuracy: small_cnn on digits, {args.accuracy_epochs} epochs, lr {args.accuracy_lr}, momentum 0.9, "
+    print(f"accuracy: small_cnn on digits, {args.accuracy_epochs} epochs, lr {args.accuracy_lr}, "
+          f"momentum {args.accuracy_momentum}, "
           f"seeds 0..{args.seeds - 1}, {k} of {p} ranks delayed 15 ms per step")
     top1 = {a: [] for a in ("sync", "eager_solo", "eager_majority")}
     for seed in range(args.seeds):
         for algorithm in top1:
             spec = {"algorithm": algorithm, "batch_size": 16, "epochs": args.accuracy_epochs, "seed": seed,
-                    "lr": args.accuracy_lr, "imbalance_kind": "injected", "imbalance_ranks": k,
+                    "lr": args.accuracy_lr, "momentum": args.accuracy_momentum, "imbalance_kind": "injected",
+                    "imbalance_ranks": k,
                     "imbalance_delay_ms": 15.0}
             top1[algorithm].append(measure(spec, p, "final_top1"))
     mean = {a: statistics.mean(v) for a, v in top1.items()}
