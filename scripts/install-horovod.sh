@@ -2,7 +2,7 @@
 # Build Horovod 0.28.1 (the last release, 2023) for algorithm=horovod, into .venv.
 # Horovod ships only as an sdist and compiles with C++14, while current torch headers
 # need C++17: this patches the two CMakeLists.txt files and builds against the venv's
-# torch and the mpich wheel's MPI. About 15 minutes on 2 cores. scalestudy itself
+# torch and the mpich wheel's MPI (2 min here on 2 cores; up to ~15 min elsewhere). scalestudy itself
 # never depends on Horovod; algorithm=sync is its own Horovod-style engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -13,6 +14,9 @@ from conftest import REPO, mpiexec, write_spec
 
 pytestmark = pytest.mark.mpi
 PROGRAM = str(REPO / "tests" / "mpi_programs" / "train_and_gather.py")
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+NEEDS_HOROVOD = pytest.mark.skipif(not HAVE_HOROVOD, reason="Horovod is not installed here (optional: "
+                                   "bash scripts/install-horovod.sh builds it in a few minutes)")
 
 
 def _train(tmp_path, name, ranks, **fields):
@@ -40,7 +44,8 @@ def single_process(tmp_path_factory):
     return _train(tmp, "one", 1, workers_per_node=1, threads_per_node=1, batch_size=64, **COMMON)[0]
 
 
-@pytest.mark.parametrize("algorithm, fusion_mb", [("sync", 64), ("sync", 0.05), ("sync", 0), ("ddp", 64)])
+@pytest.mark.parametrize("algorithm, fusion_mb", [("sync", 64), ("sync", 0.05), ("sync", 0), ("ddp", 64),
+                                                 pytest.param("horovod", 64, marks=NEEDS_HOROVOD)])
 def test_four_ranks_match_one_process_with_the_global_batch(tmp_path, single_process, algorithm, fusion_mb):
     four = _train(tmp_path, "four", 4, workers_per_node=4, threads_per_node=4, batch_size=16,
                   algorithm=algorithm, fusion_threshold_mb=fusion_mb, **COMMON)
@@ -102,6 +107,7 @@ def test_threads_per_worker_are_applied(tmp_path):
     assert start["threads"] == 2
 
 
+@pytest.mark.skipif(HAVE_HOROVOD, reason="Horovod is installed here: the real thing is tested instead")
 def test_horovod_without_horovod_says_how_to_install(tmp_path):
     spec = write_spec(tmp_path / "h", algorithm="horovod", steps_per_epoch=1)
     proc = mpiexec(1, "-m", "workloads", str(spec))

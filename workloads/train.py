@@ -167,7 +167,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 engine.begin_step(step)
                 x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
                 t1 = time.perf_counter()
-                engine.optimizer.zero_grad(set_to_none=False)
+                engine.zero_grad()
                 loss = F.cross_entropy(engine.module(x), y)
                 t2 = time.perf_counter()
                 delay = delays.seconds(step, rank)

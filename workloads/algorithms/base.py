@@ -60,6 +60,12 @@ class GradientSync(ABC):
     def synchronize(self) -> None:
         """Block until every parameter's ``.grad`` holds the global average."""
 
+    def zero_grad(self) -> None:
+        """Clear gradients in place: engines that made ``.grad`` views of their own
+        buffers (the fused engine) must keep those tensors between steps."""
+        assert self.optimizer is not None
+        self.optimizer.zero_grad(set_to_none=False)
+
     def step(self) -> None:
         assert self.optimizer is not None
         self.optimizer.step()

@@ -16,7 +16,7 @@ from torch import nn
 from .base import GradientSync, SyncOptions
 
 INSTALL_HINT = ("algorithm=horovod needs horovod.torch, which is not importable here; build it with "
-                "`bash scripts/install-horovod.sh` (about 15 min on 2 cores), or use algorithm=sync, "
+                "`bash scripts/install-horovod.sh` (a few minutes), or use algorithm=sync, "
                 "scalestudy's own Horovod-style engine")
 
 
@@ -43,6 +43,10 @@ class HorovodReference(GradientSync):
 
     def set_optimizer(self, optimizer) -> None:
         self.optimizer = self.hvd.DistributedOptimizer(optimizer, named_parameters=self.model.named_parameters())
+
+    def zero_grad(self) -> None:
+        # Horovod's wrapper takes no set_to_none argument (and checks no allreduce is in flight)
+        self.optimizer.zero_grad()
 
     def synchronize(self) -> None:
         self.optimizer.synchronize()
