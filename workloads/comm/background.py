@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from .fused_allreduce import FusedAllreduce, wait_polling
+from .fused_allreduce import FusedAllreduce, wait_for
 from .fusion import plan_fusion
 
 _POLL_SECONDS = 50e-6
@@ -178,14 +178,21 @@ class BackgroundAllreduce:
             t0 = self.clock()
             with self._cv:
                 local = st.ready_local.copy()
-            wait_polling(self.comm.Iallreduce(local, global_ready, op=MPI.BAND), _POLL_SECONDS)
+            # While backprop runs it needs the core: wait in polled sleeps. Once this
+            # rank's backward is done the training thread only waits for us, so wait
+            # in MPI's own progress loop (GIL released): it answers soonest. Always a
+            # nonblocking collective, whichever way we wait: MPI never matches a
+            # blocking collective on one rank with a nonblocking one on another.
+            backward_done = bool(local.all())
+            wait_for(self.comm.Iallreduce(local, global_ready, op=MPI.BAND),
+                     None if backward_done else _POLL_SECONDS)
             todo = [i for i in np.flatnonzero(global_ready) if not st.done[i]]
             if self.timeline:
                 self.events.append({"step": st.number, "tensor": "negotiate", "phase": "negotiate",
                                     "t0": t0, "t1": self.clock(), "bytes": 0, "tensors": len(todo)})
             for group in plan_fusion(todo, self.nbytes, self.threshold):
                 a0 = self.clock()
-                moved = self._reduce(st, group)
+                moved = self._reduce(st, group, blocking=backward_done)
                 a1 = self.clock()
                 st.done[group] = True
                 if self.timeline:
@@ -199,9 +206,9 @@ class BackgroundAllreduce:
                 self._complete.set()
                 return
 
-    def _reduce(self, st: _Step, group: list[int]) -> int:
+    def _reduce(self, st: _Step, group: list[int], blocking: bool) -> int:
         if self._flat is not None and len(group) > 1 and group[-1] - group[0] == len(group) - 1:
             start = self._offsets[group[0]]
             end = self._offsets[group[-1]] + self.nbytes[group[-1]] // 4
-            return self._allreduce([self._flat[start:end]])
-        return self._allreduce([st.tensors[i] for i in group])
+            return self._allreduce([self._flat[start:end]], blocking)
+        return self._allreduce([st.tensors[i] for i in group], blocking)

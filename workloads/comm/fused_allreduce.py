@@ -34,6 +34,14 @@ def wait_polling(request: MPI.Request, poll_seconds: float, max_poll_seconds: fl
         poll_seconds = min(poll_seconds * 2, max_poll_seconds)
 
 
+def wait_for(request: MPI.Request, poll_seconds: float | None) -> None:
+    """``None``: block in ``MPI_Wait`` (MPI's progress loop, the GIL released); else poll."""
+    if poll_seconds is None:
+        request.Wait()
+    else:
+        wait_polling(request, poll_seconds)
+
+
 class FusedAllreduce:
     def __init__(self, comm: MPI.Comm, average: bool = True, poll_seconds: float | None = None) -> None:
         self.comm = comm
@@ -41,25 +49,30 @@ class FusedAllreduce:
         self.poll_seconds = poll_seconds
         self.buffer = FusionBuffer()
 
-    def _sum_in_place(self, array: np.ndarray) -> None:
+    def _sum_in_place(self, array: np.ndarray, blocking: bool) -> None:
         if self.poll_seconds is None:
             self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
         else:
-            wait_polling(self.comm.Iallreduce(MPI.IN_PLACE, array, op=MPI.SUM), self.poll_seconds)
+            # the same collective on every rank (MPI never matches blocking with
+            # nonblocking ones); only the way this rank waits for it differs
+            wait_for(self.comm.Iallreduce(MPI.IN_PLACE, array, op=MPI.SUM), None if blocking else self.poll_seconds)
 
-    def __call__(self, tensors: Sequence[torch.Tensor]) -> int:
-        """Sum (or average) ``tensors`` over all ranks, in place; returns the bytes moved."""
+    def __call__(self, tensors: Sequence[torch.Tensor], blocking: bool = False) -> int:
+        """Sum (or average) ``tensors`` over all ranks, in place; returns the bytes moved.
+
+        ``blocking`` waits in ``MPI_Wait`` instead of polling, for this call: when
+        nothing else on this rank needs the core, that answers soonest."""
         size = self.comm.Get_size()
         scale = 1.0 / size if self.average else 1.0
         if len(tensors) == 1 and tensors[0].is_contiguous() and tensors[0].dtype == torch.float32:
             t = tensors[0]
             if size > 1:
-                self._sum_in_place(t.numpy())
+                self._sum_in_place(t.numpy(), blocking)
             if scale != 1.0:
                 t.mul_(scale)
             return t.numel() * 4
         flat = self.buffer.pack(tensors)
         if size > 1:
-            self._sum_in_place(flat.numpy())
+            self._sum_in_place(flat.numpy(), blocking)
         self.buffer.unpack(flat, tensors, scale)
         return flat.numel() * 4
