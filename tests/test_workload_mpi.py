@@ -57,6 +57,16 @@ def test_four_ranks_match_one_process_with_the_global_batch(tmp_path, single_pro
     np.testing.assert_allclose(four[0], single_process, rtol=0, atol=1e-5)
 
 
+def test_sync_with_a_straggler_still_matches_one_process(tmp_path, single_process):
+    """A delayed rank is still in backward (its engine polls) while the others wait in
+    MPI_Wait: the ranks must still issue matching collectives, and the math is unchanged."""
+    four = _train(tmp_path, "late", 4, workers_per_node=4, threads_per_node=4, batch_size=16, algorithm="sync",
+                  imbalance_kind="injected", imbalance_ranks=1, imbalance_delay_ms=20.0, **COMMON)
+    for r in range(1, 4):
+        assert np.array_equal(four[0], four[r]), f"rank {r} differs from rank 0"
+    np.testing.assert_allclose(four[0], single_process, rtol=0, atol=1e-5)
+
+
 def test_the_reference_run_really_trains(tmp_path, single_process):
     start = _train(tmp_path, "start", 1, workers_per_node=1, threads_per_node=1, batch_size=64,
                    epochs=1, steps_per_epoch=1, lr=1e-12, momentum=0.0, seed=3)
