@@ -114,6 +114,22 @@ def _db_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, help="SQLAlchemy URL (default: $SCALESTUDY_DB_URL or ./scalestudy.db)")
 
 
+class _NoDatabase(Exception):
+    """A reading command pointed at a SQLite file that does not exist."""
+
+
+def _open_for_reading(db: str | None):
+    """The results database for a command that only reads it; never creates one."""
+    from results_db import connect
+    from results_db.store import missing_sqlite_file
+
+    path = missing_sqlite_file(db)
+    if path is not None:
+        raise _NoDatabase(f"no results database at {path} (a sweep creates it; or give --db URL or set "
+                          "$SCALESTUDY_DB_URL)")
+    return connect(db)
+
+
 def _fail(message: str) -> int:
     print(f"scalestudy: error: {message}", file=sys.stderr)
     return 2
@@ -126,11 +142,15 @@ def _status(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import connect, query
+    from results_db import query
 
     from .report import print_runs_table, render
 
-    engine = connect(args.db)
+    try:
+        engine = _open_for_reading(args.db)
+    except _NoDatabase as exc:
+        print(f"no runs recorded yet: {exc}")
+        return 0
     counts = query.status_counts(engine, args.study)
     if counts.empty:
         print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
@@ -157,12 +177,12 @@ def _query(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import compare, connect, query
+    from results_db import compare, query
 
     from .report import SUMMARY_COLUMNS, render
 
-    engine = connect(args.db)
     try:
+        engine = _open_for_reading(args.db)
         if args.group_by:
             metrics = {}
             for spec in args.agg or ["throughput:count,mean,std"]:
@@ -174,7 +194,7 @@ def _query(argv: Sequence[str]) -> int:
             columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
             frame = query.runs(engine, study=args.study, where=args.where, columns=columns)
         render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
-    except (query.QueryError, compare.CompareError, ValueError) as exc:
+    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase) as exc:
         return _fail(str(exc))
     return 0
 
@@ -193,15 +213,15 @@ def _compare(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import compare, connect, query
+    from results_db import compare, query
 
     from .report import render
 
     try:
-        frame = compare.compare(connect(args.db), args.baseline, study=args.study, metric=args.metric,
+        frame = compare.compare(_open_for_reading(args.db), args.baseline, study=args.study, metric=args.metric,
                                 where=args.where)
         render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
-    except (query.QueryError, compare.CompareError, ValueError) as exc:
+    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase) as exc:
         return _fail(str(exc))
     return 0
 
@@ -228,7 +248,7 @@ def _figures(argv: Sequence[str]) -> int:
     if not args.study:
         return _fail("figures: give --study NAME (`scalestudy status` lists the studies)")
 
-    from results_db import connect, query
+    from results_db import query
     from results_db.figures import FigureDataError, check_choices, render_study
     from results_db.store import resolve_db_url, safe_url
 
@@ -245,10 +265,11 @@ def _figures(argv: Sequence[str]) -> int:
     try:
         formats, only = split(args.format), (split(args.only) if args.only else None)
         check_choices(formats, only)
+        engine = _open_for_reading(url)
         print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
-        results = render_study(connect(url), args.study, out, formats=formats, only=only, where=args.where,
+        results = render_study(engine, args.study, out, formats=formats, only=only, where=args.where,
                                run_id=args.run_id, on_result=report, source=safe_url(url))
-    except (FigureDataError, query.QueryError) as exc:
+    except (FigureDataError, query.QueryError, _NoDatabase) as exc:
         return _fail(str(exc))
     drawn = sum(1 for r in results if not r.skipped)
     print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")

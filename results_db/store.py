@@ -66,6 +66,16 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(writer=True)
 
 
+def missing_sqlite_file(url: str | None = None) -> Path | None:
+    """The file a SQLite URL names, when it does not exist yet (reading commands must
+    not create an empty database where the user merely mistyped a path)."""
+    parsed = make_url(resolve_db_url(url))
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    path = Path(parsed.database)
+    return None if path.exists() else path
+
+
 def connect(url: str | None = None, upgrade: bool = True) -> Engine:
     """An engine for the results database, its schema migrated to the code's revision."""
     resolved = resolve_db_url(url)
