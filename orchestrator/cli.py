@@ -271,6 +271,8 @@ def _figures(argv: Sequence[str]) -> int:
                                run_id=args.run_id, on_result=report, source=safe_url(url))
     except (FigureDataError, query.QueryError, _NoDatabase) as exc:
         return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write figures into {out}: {exc.strerror or exc}")
     drawn = sum(1 for r in results if not r.skipped)
     print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")
     return 0 if drawn else 1

@@ -70,8 +70,9 @@ def missing_sqlite_file(url: str | None = None) -> Path | None:
     """The file a SQLite URL names, when it does not exist yet (reading commands must
     not create an empty database where the user merely mistyped a path)."""
     parsed = make_url(resolve_db_url(url))
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
+    if (parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:"
+            or parsed.query.get("uri") or parsed.database.startswith("file:")):
+        return None   # another server, an in-memory database, or a SQLite URI that SQLite itself resolves
     path = Path(parsed.database)
     return None if path.exists() else path
 

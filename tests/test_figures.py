@@ -48,7 +48,7 @@ def engine(db_url):
             s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=thr))
             k = 1 + seed + (2 if algorithm == "eager_solo" else 0)   # a per-run scale, so averages are not trivial
             for rank in range(2):
-                for step in range(4):
+                for step in range(4 + 2 * seed):                     # repeats of unequal length: pooled means
                     warm = 10.0 if step == 0 else 1.0                # a slow first step the breakdown must skip
                     s.add(Step(run_id=d.run_id, rank=rank, step=step, epoch=0, samples=16, t_start=float(step),
                                loss=1.0, **{p: v * k * warm for p, v in PHASES.items()}))
@@ -60,11 +60,12 @@ def engine(db_url):
                 s.add(Eval(run_id=d.run_id, epoch=epoch, wall=10.0 * (epoch + 1) * k, top1=0.5 + 0.1 * epoch + 0.01 * seed,
                            loss=1.0, samples_seen=100 * (epoch + 1)))
             if algorithm == "eager_solo":
-                for r, (fresh, stale, null) in enumerate([(2, 0, 0), (1, 0, 1), (1, 1, 0), (2, 0, 0)]):
+                mix = [(2, 0, 0), (1, 0, 1), (1, 1, 0), (2, 0, 0)] + [(2, 0, 0)] * (4 * seed)
+                for r, (fresh, stale, null) in enumerate(mix):
                     s.add(Round(run_id=d.run_id, round=r, initiator=0, fresh=fresh, stale=stale, null=null,
                                 synchronous=False, t0=float(r), latency=0.002 * k))
-                s.add(Round(run_id=d.run_id, round=4, initiator=-1, fresh=2, stale=0, null=0, synchronous=True,
-                            t0=4.0, latency=1.0))   # synchronous rounds are not partial: left out
+                s.add(Round(run_id=d.run_id, round=len(mix), initiator=-1, fresh=2, stale=0, null=0,
+                            synchronous=True, t0=99.0, latency=1.0))   # synchronous rounds are not partial: left out
     # a failed run must not be drawn
     spec = RunSpec(study="figs", site="local", nodes=8, workers_per_node=2, threads_per_node=2, batch_size=16)
     [failed] = register_runs(engine, "figs", [PlannedRun("failed-8", spec.to_dict(), "/nowhere")])
@@ -96,6 +97,13 @@ def test_an_axis_swept_in_step_with_another_is_not_a_separate_dimension():
     assert "threads_per_node" in fd.independent_axes(runs, ["nodes", "workers_per_node", "threads_per_node"])
 
 
+def test_linear_reference_starts_from_the_smallest_measured_node_count(engine):
+    with Session(engine) as s, s.begin():   # the 1-node sync runs lost their measurement
+        s.execute(update(Run).where(Run.nodes == 1, Run.algorithm == "sync").values(throughput=None))
+    table = fd.throughput_vs(fd.load_study(engine, "figs"), "nodes").set_index(["series", "nodes"])
+    assert table.loc[("algorithm=sync", 4), "ideal"] == pytest.approx(190.0 * 2)   # from the 2-node mean
+
+
 def test_algorithm_table_gives_speedup_over_sync(engine):
     table = fd.throughput_by_algorithm(fd.load_study(engine, "figs")).set_index(["setting", "algorithm"])
     assert table.loc[("nodes=4", "eager_solo"), "speedup_vs_sync"] == pytest.approx(530.0 / 320.0)
@@ -105,10 +113,12 @@ def test_algorithm_table_gives_speedup_over_sync(engine):
 def test_breakdown_skips_the_warm_up_step_and_averages_repeats(engine):
     table = fd.step_time_breakdown(engine, fd.load_study(engine, "figs")).set_index("config")
     row = table.loc["algorithm=eager_solo, nodes=2"]
-    mean_k = statistics.mean([1 + 0 + 2, 1 + 1 + 2])           # the two seeds' scales
+    # seed 0: 2 ranks x steps 1..3 at scale 3; seed 1: 2 ranks x steps 1..5 at scale 4 -> pooled over 16 records
+    pooled_k = (6 * 3 + 10 * 4) / 16
+    assert row["step_records"] == 16
     for phase, seconds in PHASES.items():
-        assert row[phase] == pytest.approx(seconds * mean_k)
-    assert row["total"] == pytest.approx(sum(PHASES.values()) * mean_k)
+        assert row[phase] == pytest.approx(seconds * pooled_k)
+    assert row["total"] == pytest.approx(sum(PHASES.values()) * pooled_k)
 
 
 def test_distributions_rounds_and_accuracy(engine):
@@ -119,8 +129,10 @@ def test_distributions_rounds_and_accuracy(engine):
     rounds = fd.round_composition(engine, sr).set_index("config")
     assert list(rounds.index) == [f"algorithm=eager_solo, nodes={n}" for n in (1, 2, 4)]   # sync ran no partial rounds
     r = rounds.iloc[0]
-    assert (r["fresh"], r["stale"], r["null"], r["rounds"]) == (1.5, 0.25, 0.25, 4)
-    assert r["latency_ms"] == pytest.approx(2.0 * statistics.mean([3, 4]))
+    # seed 0: 4 partial rounds (fresh 6, stale 1, null 1), latency 6 ms; seed 1: 8 (fresh 14, 1, 1), 8 ms
+    assert r["rounds"] == 12
+    assert (r["fresh"], r["stale"], r["null"]) == pytest.approx((20 / 12, 2 / 12, 2 / 12))
+    assert r["latency_ms"] == pytest.approx((4 * 6.0 + 8 * 8.0) / 12)
     acc = fd.accuracy_curves(engine, sr).set_index(["config", "epoch"])
     assert acc.loc[("algorithm=sync, nodes=2", 1), "top1"] == pytest.approx(0.6 + 0.005)
     assert acc.loc[("algorithm=sync, nodes=2", 1), "wall"] == pytest.approx(20.0 * 1.5)
@@ -154,8 +166,10 @@ def test_bad_choices_fail_before_anything_is_written(engine, tmp_path):
             render_study(engine, "figs", out, **kwargs)
     with pytest.raises(FigureDataError, match="study 'other' has no runs in this database; studies here: figs"):
         render_study(engine, "other", out)
-    with pytest.raises(FigureDataError, match="no finished runs to draw"):
+    with pytest.raises(FigureDataError, match=r"no finished runs matching nodes=8 to draw \(runs by state: \{'failed': 1\}\)"):
         render_study(engine, "figs", out, where="nodes=8")
+    with pytest.raises(FigureDataError, match=r"matching nodes=16 to draw \(runs by state: none\)"):
+        render_study(engine, "figs", out, where="nodes=16")
     assert not out.exists()
 
 

@@ -129,7 +129,7 @@ def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[st
     check_choices(formats, only)
     specs = select_specs(only)
     ctx = FigureContext(engine, data.load_study(engine, study, where), run_id)
-    if run_id is not None:
+    if run_id is not None and any(spec.name == "timeline" for spec in specs):
         ctx.timeline_run()  # a bad --run-id fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []

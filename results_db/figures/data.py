@@ -71,8 +71,10 @@ def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
                               + (f"; studies here: {', '.join(known)}" if known else ""))
     runs = query.runs(engine, study=study, where=[*(_as_list(where)), "status=done"])
     if runs.empty:
-        states = every["status"].value_counts().to_dict()
-        raise FigureDataError(f"study {study!r} has no finished runs to draw (runs by state: {states})")
+        matching = query.runs(engine, study=study, where=_as_list(where), columns=["status"]) if where else every
+        states = matching["status"].value_counts().to_dict()
+        scope = f" matching {', '.join(_as_list(where))}" if where else ""
+        raise FigureDataError(f"study {study!r} has no finished runs{scope} to draw (runs by state: {states or 'none'})")
     varying = [a for a in CONFIG_AXES if runs[a].nunique(dropna=False) > 1]
     return StudyRuns(study, runs, independent_axes(runs, varying))
 
@@ -107,28 +109,34 @@ def throughput_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
              .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
     stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
     if axis == "nodes":
-        first = stats.sort_values("nodes").groupby("series").first()
-        stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, "nodes"]
-                          for s, n in zip(stats["series"], stats["nodes"])]
+        # the smallest node count that has a measurement, taken as a whole row
+        measured = stats.dropna(subset=["throughput_mean"]).sort_values("nodes")
+        first = measured.drop_duplicates("series").set_index("series")
+        stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, "nodes"] if s in first.index
+                          else float("nan") for s, n in zip(stats["series"], stats["nodes"])]
     return stats.sort_values(["series", axis]).reset_index(drop=True)
 
 
 def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
-    """Mean seconds per step in each phase, per configuration (mean over ranks, steps, repeats).
+    """Mean seconds per step in each phase, per configuration, pooled over every rank's
+    step records of its runs (a longer repeat weighs more, as its steps do).
 
     Step 0 is left out: it pays for lazy initialisation (allocator, first
     collectives) that no later step does."""
     ids = [int(i) for i in sr.runs["run_id"]]
-    cols = [func.avg(getattr(Step, p)).label(p) for p in STEP_PHASES]
-    stmt = select(Step.run_id.label("run_id"), *cols).where(Step.run_id.in_(ids), Step.step > 0).group_by(Step.run_id)
+    sums = [func.sum(func.coalesce(getattr(Step, p), 0.0)).label(p) for p in STEP_PHASES]
+    stmt = (select(Step.run_id.label("run_id"), func.count(Step.id).label("records"), *sums)
+            .where(Step.run_id.in_(ids), Step.step > 0).group_by(Step.run_id))
     with engine.connect() as conn:
-        per_run = pd.DataFrame(conn.execute(stmt).all(), columns=["run_id", *STEP_PHASES])
+        per_run = pd.DataFrame(conn.execute(stmt).all(), columns=["run_id", "records", *STEP_PHASES])
     if per_run.empty:
         return per_run
-    per_run = per_run.fillna(0.0).astype({p: float for p in STEP_PHASES})
-    frame = sr.with_config()[["run_id", "config", "world_size"]].merge(per_run, on="run_id")
-    out = frame.groupby("config", sort=False)[list(STEP_PHASES)].mean().reset_index()
+    per_run = per_run.astype({p: float for p in STEP_PHASES})
+    frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
+    pooled = frame.groupby("config", sort=False)[["records", *STEP_PHASES]].sum()
+    out = pooled[list(STEP_PHASES)].div(pooled["records"], axis=0).reset_index()
     out["total"] = out[list(STEP_PHASES)].sum(axis=1)
+    out["step_records"] = pooled["records"].to_numpy()
     return out
 
 
@@ -207,19 +215,23 @@ def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
 
 
 def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
-    """Partial-collective rounds: mean fresh, stale and null contributions per round, per configuration."""
+    """Partial-collective rounds: fresh, stale and null contributions per round, per
+    configuration, pooled over every partial round of its runs (synchronous rounds are
+    left out: everyone is fresh there by construction)."""
     ids = [int(i) for i in sr.runs["run_id"]]
-    stmt = (select(Round.run_id, func.avg(Round.fresh), func.avg(Round.stale), func.avg(Round.null),
-                   func.count(Round.id), func.avg(Round.latency))
+    stmt = (select(Round.run_id, func.count(Round.id), func.sum(Round.fresh), func.sum(Round.stale),
+                   func.sum(Round.null), func.sum(Round.latency))
             .where(Round.run_id.in_(ids), Round.synchronous.is_(False)).group_by(Round.run_id))
     with engine.connect() as conn:
         per_run = pd.DataFrame(conn.execute(stmt).all(),
-                               columns=["run_id", "fresh", "stale", "null", "rounds", "latency"])
+                               columns=["run_id", "rounds", "fresh", "stale", "null", "latency"])
     if per_run.empty:
         return per_run
-    # PostgreSQL averages integers as NUMERIC (Decimal): make them floats like SQLite's
-    per_run = per_run.astype({c: float for c in ("fresh", "stale", "null", "latency")})
+    # PostgreSQL sums integers as NUMERIC/BIGINT: make every column a float like SQLite's
+    per_run = per_run.astype({c: float for c in ("rounds", "fresh", "stale", "null", "latency")})
     frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
-    out = frame.groupby("config", sort=False)[["fresh", "stale", "null", "rounds", "latency"]].mean().reset_index()
-    out["latency_ms"] = out.pop("latency") * 1e3
-    return out
+    pooled = frame.groupby("config", sort=False)[["rounds", "fresh", "stale", "null", "latency"]].sum()
+    out = pooled[["fresh", "stale", "null"]].div(pooled["rounds"], axis=0)
+    out["rounds"] = pooled["rounds"].astype(int)
+    out["latency_ms"] = pooled["latency"] / pooled["rounds"] * 1e3
+    return out.reset_index()

@@ -78,6 +78,7 @@ class BackgroundAllreduce:
         self.timeline = timeline
         self.events: list[dict[str, Any]] = []
         self._allreduce = FusedAllreduce(self.comm, average=True, poll_seconds=poll_seconds)
+        self._poll_seconds = poll_seconds if poll_seconds is not None else _POLL_SECONDS  # the negotiation always polls while backward runs
         self.set_slots(names, nbytes, flat, offsets)
         self._cv = threading.Condition()
         self._pending = False
@@ -98,8 +99,14 @@ class BackgroundAllreduce:
         self._flat = flat
         self._offsets = list(offsets) if offsets is not None else None
         n = len(self.names)
-        self._state = _Step(ready_local=np.zeros(n, np.uint8), done=np.zeros(n, bool),
-                            tensors=[None] * n, ready_time=[0.0] * n)
+        state = _Step(ready_local=np.zeros(n, np.uint8), done=np.zeros(n, bool), tensors=[None] * n,
+                      ready_time=[0.0] * n)
+        lock = getattr(self, "_cv", None)   # None while __init__ runs, before the thread exists
+        if lock is None:
+            self._state = state
+        else:
+            with lock:
+                self._state, self._pending = state, False
 
     def begin_step(self, step: int) -> None:
         n = len(self.names)
@@ -185,7 +192,7 @@ class BackgroundAllreduce:
             # blocking collective on one rank with a nonblocking one on another.
             backward_done = bool(local.all())
             wait_for(self.comm.Iallreduce(local, global_ready, op=MPI.BAND),
-                     None if backward_done else _POLL_SECONDS)
+                     None if backward_done else self._poll_seconds)
             todo = [i for i in np.flatnonzero(global_ready) if not st.done[i]]
             if self.timeline:
                 self.events.append({"step": st.number, "tensor": "negotiate", "phase": "negotiate",
