@@ -184,21 +184,34 @@ class ParslLauncher(Launcher):
                     for n in {j.num_nodes for j in to_run}}  # local: one executor serves every size
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
-            for job in to_run:
-                payload = cloudpickle.dumps((self.hydra_context, job.config, self.task_function, singleton_state))
-                spec = {"num_nodes": job.num_nodes, "ranks_per_node": job.ranks_per_node}
-                if job.launcher_options:
-                    spec["launcher_options"] = job.launcher_options
-                futures[apps[job.num_nodes](payload, parsl_resource_specification=spec)] = job
-            pending = set(futures)
+            queued = list(to_run)
+            # The site may cap runs in flight across all its allocations (a queue's
+            # per-user job limit; on a test cluster whose nodes share cores, clean timings).
+            cap = site.max_runs_in_flight or len(to_run)
+            pending: set[concurrent.futures.Future] = set()
+
+            def submit_more() -> None:
+                while queued and len(pending) < cap:
+                    job = queued.pop(0)
+                    payload = cloudpickle.dumps((self.hydra_context, job.config, self.task_function, singleton_state))
+                    spec = {"num_nodes": job.num_nodes, "ranks_per_node": job.ranks_per_node}
+                    if job.launcher_options:
+                        spec["launcher_options"] = job.launcher_options
+                    fut = apps[job.num_nodes](payload, parsl_resource_specification=spec)
+                    futures[fut] = job
+                    pending.add(fut)
+
+            submit_more()
             while pending:
-                done, pending = concurrent.futures.wait(pending, timeout=self.poll_seconds,
-                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+                done, still = concurrent.futures.wait(pending, timeout=self.poll_seconds,
+                                                      return_when=concurrent.futures.FIRST_COMPLETED)
+                pending.intersection_update(still)
                 for fut in done:
                     job = futures[fut]
                     results[job.idx] = self._job_return(job, fut)
                     if observer:
                         observer.on_job_end(job, results[job.idx])
+                submit_more()
                 if observer and pending:
                     observer.on_poll([futures[f] for f in pending])
         except BaseException:

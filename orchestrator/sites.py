@@ -48,7 +48,8 @@ class SiteConfig:
     threads_per_core: int = 1
     walltime: str = "01:00:00"
     max_walltime: str = ""
-    max_concurrent_runs: int = 1
+    max_concurrent_runs: int = 1   # runs in flight at once inside one allocation (Parsl block)
+    max_runs_in_flight: int = 0    # runs in flight across all allocations of a sweep; 0 = no cap
     oversubscribe: bool = False  # allow more threads per node than hardware threads (this host, small tests)
     scheduler_options: tuple[str, ...] = field(default_factory=tuple)
     worker_init: tuple[str, ...] = field(default_factory=tuple)
@@ -171,6 +172,10 @@ def load_site(name: str) -> SiteConfig:
     for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:
             _positive_int(f"site.{key}", raw[key])
+    if "max_runs_in_flight" in raw:
+        value = raw["max_runs_in_flight"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError("site.max_runs_in_flight", value, "expected an integer >= 0 (0: no cap)")
     if "oversubscribe" in raw and not isinstance(raw["oversubscribe"], bool):
         raise ConfigError("site.oversubscribe", raw["oversubscribe"], "expected true or false")
     if "description" in raw and not isinstance(raw["description"], str):

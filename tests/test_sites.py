@@ -44,6 +44,7 @@ def test_the_template_is_a_valid_site(tmp_path):
     (BASE + "worker_init: ['source \"$HOME/venv\"']\n", "shell metacharacters"),
     (BASE + "scheduler_options: ['--constraint=cpu; id']\n", "expected flags"),
     (BASE + "queue: a\npartition: b\n", "not both"),
+    (BASE + "max_runs_in_flight: -1\n", "site.max_runs_in_flight=-1: expected an integer >= 0"),
 ])
 def test_bad_site_files_fail_clearly(tmp_path, text, words):
     path = tmp_path / "mysite.yaml"

@@ -7,6 +7,7 @@ or started (no root, no package registry).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -64,6 +65,13 @@ def test_sweep_spreads_ranks_over_the_right_virtual_nodes(tmp_path, slurm_cluste
     command = (tmp_path / "mr" / "5" / "command.txt").read_text()  # nodes=4, workers_per_node=2
     assert command.startswith("srun --ntasks 8 --ntasks-per-node 2") and "--mpi=pmi2" in command
     assert "--cpus-per-task=1" in command
+    # max_runs_in_flight: 1 — runs of different sizes (different allocations) never overlap on the shared cores
+    spans = []
+    for job in range(6):
+        lines = (tmp_path / "mr" / str(job) / "metrics" / "rank-0.jsonl").read_text().splitlines()
+        spans.append((json.loads(lines[0])["t"], json.loads(lines[-1])["t"]))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
 
 def test_dry_run_prints_and_submits_nothing(tmp_path, slurm_cluster):
