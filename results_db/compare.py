@@ -59,9 +59,19 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     Efficiency is speedup per unit of resources: speedup x baseline ranks / ranks (equal
     to the speedup when the baseline axis does not change the rank count, e.g. algorithm).
     """
-    axis, value = parse_baseline(baseline)
+    axis, _ = parse_baseline(baseline)
     runs = query.runs(engine, study=study, where=where)
-    runs = runs[runs["status"] == "done"]
+    out = compare_runs(runs[runs["status"] == "done"], baseline, metric)
+    keys = [a for a in CONFIG_AXES if a != axis]
+    varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
+    columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
+               "speedup_std", "efficiency"]
+    return out[columns].sort_values([*varying, axis]).reset_index(drop=True)
+
+
+def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput") -> pd.DataFrame:
+    """``compare`` on runs already read (one row per finished run), keeping every axis column."""
+    axis, value = parse_baseline(baseline)
     if runs.empty:
         raise CompareError("no finished runs match")
     if metric not in runs.columns or not pd.api.types.is_numeric_dtype(runs[metric]):
@@ -79,8 +89,5 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     out["speedup"] = out["mean"] / out["baseline_mean"]
     out["speedup_std"] = out["std"] / out["baseline_mean"]
     out["efficiency"] = out["speedup"] * out["baseline_world_size"] / out["world_size"]
-    varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
-    columns = [*varying, axis, "repeats", "mean", "std", "baseline_mean", "speedup", "speedup_std", "efficiency"]
-    out = out[columns].rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
-                                       "baseline_mean": f"baseline_{metric}_mean"})
-    return out.sort_values([*varying, axis]).reset_index(drop=True)
+    return out.rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
+                               "baseline_mean": f"baseline_{metric}_mean"})

@@ -199,6 +199,9 @@ def test_a_real_sweep_is_drawn_end_to_end(tmp_path):
     bars = {r["algorithm"]: float(r["throughput_mean"])
             for r in csv.DictReader(io.StringIO((tmp_path / "fig" / "throughput_by_algorithm.csv").read_text()))}
     assert bars == pytest.approx({r["algorithm"]: r["throughput"] for r in stored})
+    speedup = {r["algorithm"]: float(r["speedup_vs_sync"])
+               for r in csv.DictReader(io.StringIO((tmp_path / "fig" / "throughput_by_algorithm.csv").read_text()))}
+    assert speedup["eager_solo"] == pytest.approx(bars["eager_solo"] / bars["sync"]) and speedup["sync"] == 1.0
     # the timeline is the sync run's (its engine logs fused allreduces), both ranks, two steps
     timeline = pd.read_csv(tmp_path / "fig" / "timeline.csv")
     assert set(timeline["run_id"]) == {sync_run} and set(timeline["rank"]) == {0, 1}

@@ -15,13 +15,12 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
-from .. import query
+from .. import compare, query
 from ..schema import Event, Round, Step
 
-# The axes a configuration is made of, in the order labels name them (seed is the repeat).
-CONFIG_AXES = ("algorithm", "model", "dataset", "nodes", "workers_per_node", "threads_per_node", "batch_size",
-               "fusion_threshold_mb", "cycle_time_ms", "sync_every", "imbalance_kind", "imbalance_ranks",
-               "imbalance_delay_ms", "lr", "epochs", "site")
+# The axes a configuration is made of (compare's, seed being the repeat), in the order labels name them.
+_NAMED_FIRST = ("algorithm", "model", "dataset")
+CONFIG_AXES = (*_NAMED_FIRST, *(a for a in compare.CONFIG_AXES if a not in _NAMED_FIRST))
 SCALING_AXES = ("nodes", "workers_per_node", "threads_per_node", "batch_size")
 SHORT = {"workers_per_node": "wpn", "threads_per_node": "tpn", "batch_size": "batch", "fusion_threshold_mb": "fusion_mb",
          "cycle_time_ms": "cycle_ms", "imbalance_kind": "imbalance", "imbalance_ranks": "slow_ranks",
@@ -46,6 +45,10 @@ class StudyRuns:
         axes = self.varying if axes is None else axes
         parts = [f"{SHORT.get(a, a)}={_fmt(row[a])}" for a in axes]
         return ", ".join(parts) or "all runs"
+
+    @property
+    def ids(self) -> list[int]:
+        return [int(i) for i in self.runs["run_id"]]
 
     def with_config(self, axes: Sequence[str] | None = None) -> pd.DataFrame:
         """The runs with a ``config`` label over ``axes`` (default: every varying axis)."""
@@ -123,7 +126,7 @@ def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
 
     Step 0 is left out: it pays for lazy initialisation (allocator, first
     collectives) that no later step does."""
-    ids = [int(i) for i in sr.runs["run_id"]]
+    ids = sr.ids
     sums = [func.sum(func.coalesce(getattr(Step, p), 0.0)).label(p) for p in STEP_PHASES]
     stmt = (select(Step.run_id.label("run_id"), func.count(Step.id).label("records"), *sums)
             .where(Step.run_id.in_(ids), Step.step > 0).group_by(Step.run_id))
@@ -142,7 +145,7 @@ def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
 
 def step_stat_distribution(engine: Engine, sr: StudyRuns, column: str, scale: float = 1e3) -> pd.DataFrame:
     """Per configuration and step, one derived timeline measure (default in ms): the box plots' data."""
-    ids = [int(i) for i in sr.runs["run_id"]]
+    ids = sr.ids
     stats = query.step_stats(engine, ids)
     if stats.empty or stats[column].notna().sum() == 0:
         return pd.DataFrame(columns=["config", "run_id", "step", "value"])
@@ -154,7 +157,7 @@ def step_stat_distribution(engine: Engine, sr: StudyRuns, column: str, scale: fl
 
 def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) -> int | None:
     """``run_id`` if given (it must be in the study and have a timeline), else the best timeline run."""
-    ids = [int(i) for i in sr.runs["run_id"]]
+    ids = sr.ids
     stmt = (select(Event.run_id, func.count(Event.id), func.sum(case((Event.phase == "allreduce", 1), else_=0)))
             .where(Event.run_id.in_(ids)).group_by(Event.run_id))
     with engine.connect() as conn:
@@ -191,21 +194,26 @@ def timeline_window(engine: Engine, run_id: int, steps: int = 2) -> pd.DataFrame
 
 
 def throughput_by_algorithm(sr: StudyRuns) -> pd.DataFrame:
-    """Samples/s per algorithm within each setting of the other varying axes, with speedup over ``sync``."""
+    """Samples/s per algorithm within each setting of the other varying axes, with the
+    speedup over ``sync`` from ``compare`` (NaN where a setting has no sync run)."""
     others = [a for a in sr.varying if a != "algorithm"]
     frame = sr.with_config(others).rename(columns={"config": "setting"})
     stats = (frame.groupby(["setting", "algorithm"], sort=False)["throughput"]
              .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
     stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
-    sync = stats[stats["algorithm"] == "sync"].set_index("setting")["throughput_mean"]
-    stats["speedup_vs_sync"] = [m / sync[s] if s in sync.index else float("nan")
-                                for s, m in zip(stats["setting"], stats["throughput_mean"])]
-    return stats
+    try:
+        speedups = compare.compare_runs(sr.runs, "algorithm=sync")
+    except compare.CompareError:   # no sync run anywhere: bars without speedups
+        stats["speedup_vs_sync"] = float("nan")
+        return stats
+    speedups = speedups.assign(setting=[sr.label(row, others) for _, row in speedups.iterrows()])
+    return stats.merge(speedups[["setting", "algorithm", "speedup"]].rename(columns={"speedup": "speedup_vs_sync"}),
+                       on=["setting", "algorithm"], how="left")
 
 
 def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     """Top-1 after each epoch, per configuration: mean over repeats of accuracy and of wall time."""
-    ids = [int(i) for i in sr.runs["run_id"]]
+    ids = sr.ids
     evals = query.evals(engine, ids)
     if evals.empty:
         return pd.DataFrame(columns=["config", "epoch", "top1", "wall", "repeats"])
@@ -218,7 +226,7 @@ def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     """Partial-collective rounds: fresh, stale and null contributions per round, per
     configuration, pooled over every partial round of its runs (synchronous rounds are
     left out: everyone is fresh there by construction)."""
-    ids = [int(i) for i in sr.runs["run_id"]]
+    ids = sr.ids
     stmt = (select(Round.run_id, func.count(Round.id), func.sum(Round.fresh), func.sum(Round.stale),
                    func.sum(Round.null), func.sum(Round.latency))
             .where(Round.run_id.in_(ids), Round.synchronous.is_(False)).group_by(Round.run_id))
