@@ -64,6 +64,21 @@ def binding_flags(site: SiteConfig, threads_per_rank: int) -> str:
     return ""  # MPICH's hydra on this host: no pinning, ranks share the cores
 
 
+def failure_flags(site: SiteConfig) -> str:
+    """Launcher flags that end the whole MPI job when one rank fails.
+
+    srun otherwise lets the other ranks run on: after a rank dies in ``MPI_Init`` they
+    spin there until the job's walltime. MPICH's and Cray's ``mpiexec`` and ``aprun``
+    already abort the job when a rank exits non-zero.
+    """
+    return "--kill-on-bad-exit=1" if site.mpi_launcher == "srun" else ""
+
+
+def launch_flags(site: SiteConfig, threads_per_rank: int) -> str:
+    """Everything scalestudy adds to the site's own ``launcher_options`` for one run."""
+    return " ".join(x for x in (failure_flags(site), binding_flags(site, threads_per_rank)) if x)
+
+
 def worker_init(site: SiteConfig, run_dir: Path) -> str:
     lines = []
     if site.provider == "local":
@@ -71,6 +86,7 @@ def worker_init(site: SiteConfig, run_dir: Path) -> str:
         nodefile.write_text("localhost\n" * site.max_nodes)
         lines.append(f"export PBS_NODEFILE={shlex.quote(str(nodefile))}")
     lines.append(f"export PATH={shlex.quote(_env_bin_dir())}:\"$PATH\"")
+    lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
     lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
     return "\n".join(lines)
 
@@ -112,7 +128,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
         MPIExecutor(label=label, provider=make_provider(site, n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if local or site.name.startswith("local") else None,
-                    heartbeat_period=5 if local else 15, heartbeat_threshold=30 if local else 120)
+                    heartbeat_period=5 if local else 15, heartbeat_threshold=120)
         for label, n in sizes.items()
     ]
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)

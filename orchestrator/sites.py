@@ -32,6 +32,7 @@ WALLTIME_RE = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
 WORD_RE = re.compile(r"^(?:[A-Za-z0-9_./:=@%+,~-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+$")
 FLAG_RE = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.:=,/@+-]*$")
 DIRECTIVE_WORD_RE = re.compile(r"^[A-Za-z0-9_./:=@%+,-]+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class SiteConfig:
     oversubscribe: bool = False  # allow more threads per node than hardware threads (this host, small tests)
     scheduler_options: tuple[str, ...] = field(default_factory=tuple)
     worker_init: tuple[str, ...] = field(default_factory=tuple)
+    # environment variables for the batch job and every rank (literal values, quoted when exported)
+    env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     @property
     def queue(self) -> str:
@@ -130,6 +133,22 @@ def check_directive(field_name: str, value: Any) -> str:
     return " ".join(words)
 
 
+def check_env(field_name: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """``env``: a mapping of variable names to literal values (no expansion; quoted when exported)."""
+    if value in (None, ""):
+        return ()
+    if not isinstance(value, dict):
+        raise ConfigError(field_name, value, "expected a mapping NAME: value")
+    out = []
+    for name, val in value.items():
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+            raise ConfigError(f"{field_name}.{name}", val, "not an environment variable name")
+        if isinstance(val, bool) or not isinstance(val, (str, int, float)) or any(c in str(val) for c in "\n\0"):
+            raise ConfigError(f"{field_name}.{name}", val, "expected a one-line string or number")
+        out.append((name, str(val)))
+    return tuple(out)
+
+
 def _positive_int(field_name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(field_name, value, "expected an integer >= 1")
@@ -192,6 +211,7 @@ def load_site(name: str) -> SiteConfig:
     if "launcher_options" in raw:
         raw["launcher_options"] = check_flags("site.launcher_options", raw["launcher_options"] or "")
     raw["worker_init"] = tuple(check_command("site.worker_init", c) for c in _list("site.worker_init", raw.get("worker_init")))
+    raw["env"] = check_env("site.env", raw.get("env"))
     raw["scheduler_options"] = tuple(check_directive("site.scheduler_options", d)
                                      for d in _list("site.scheduler_options", raw.get("scheduler_options")))
     return SiteConfig(name=path.stem, **raw)

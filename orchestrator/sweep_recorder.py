@@ -114,12 +114,12 @@ class SweepRecorder:
         return submit
 
     def launcher_options(self, job: SweepJob) -> str:
-        from .parsl_config import binding_flags
+        from .parsl_config import launch_flags
 
-        return binding_flags(self.site, self.specs[job.idx].threads_per_worker)
+        return launch_flags(self.site, self.specs[job.idx].threads_per_worker)
 
     def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
-        from .parsl_config import binding_flags, node_hours, preview_batch_script, preview_launch_prefix
+        from .parsl_config import launch_flags, node_hours, preview_batch_script, preview_launch_prefix
         from .mpi_run import workload_command_after_prefix
 
         site = self.site
@@ -134,7 +134,7 @@ class SweepRecorder:
         total = 0.0
         out.print("")
         for job, spec in zip(jobs, specs):
-            options = " ".join(x for x in (site.launcher_options, binding_flags(site, spec.threads_per_worker)) if x)
+            options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker)) if x)
             prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
             hours = node_hours(site, spec.nodes)
             total += hours

@@ -45,6 +45,10 @@ def test_the_template_is_a_valid_site(tmp_path):
     (BASE + "scheduler_options: ['--constraint=cpu; id']\n", "expected flags"),
     (BASE + "queue: a\npartition: b\n", "not both"),
     (BASE + "max_runs_in_flight: -1\n", "site.max_runs_in_flight=-1: expected an integer >= 0"),
+    (BASE + "env: [A, B]\n", "site.env=['A', 'B']: expected a mapping"),
+    (BASE + "env: {'X; id': 1}\n", "site.env.X; id=1: not an environment variable name"),
+    (BASE + "env: {X: [1, 2]}\n", "site.env.X=[1, 2]: expected a one-line string or number"),
+    (BASE + "env: {X: \"a\\nb\"}\n", "site.env.X='a\\nb': expected a one-line string"),
 ])
 def test_bad_site_files_fail_clearly(tmp_path, text, words):
     path = tmp_path / "mysite.yaml"
@@ -69,3 +73,23 @@ def test_overrides_are_validated_like_the_site():
                           ({"walltime": "13:00:00"}, "allows at most 12:00:00")):
         with pytest.raises(ConfigError, match=words):
             with_overrides(site, **kwargs)
+
+
+def test_site_env_reaches_the_batch_script_quoted(tmp_path):
+    """Values are literal: a $ or a ; in them is quoted, never expanded or run."""
+    from orchestrator.parsl_config import worker_init
+
+    path = tmp_path / "mysite.yaml"
+    path.write_text(BASE + "env:\n  MPIR_CVAR_CH4_NETMOD: ofi\n  ODD: 'a b;$(id)'\n  N: 4\n")
+    site = load_site(str(path))
+    assert site.env == (("MPIR_CVAR_CH4_NETMOD", "ofi"), ("ODD", "a b;$(id)"), ("N", "4"))
+    script = worker_init(site, tmp_path)
+    assert "export MPIR_CVAR_CH4_NETMOD=ofi\n" in script + "\n"
+    assert "export ODD='a b;$(id)'" in script and "export N=4" in script
+
+
+def test_srun_runs_end_when_one_rank_fails():
+    from orchestrator.parsl_config import launch_flags
+
+    assert launch_flags(load_site("local_slurm"), 1) == "--kill-on-bad-exit=1 --cpus-per-task=1"
+    assert "kill-on-bad-exit" not in launch_flags(load_site("local"), 1)

@@ -64,7 +64,7 @@ def test_sweep_spreads_ranks_over_the_right_virtual_nodes(tmp_path, slurm_cluste
             assert run.job_id and run.job_id.split(".")[0] in jobs  # the Slurm job it ran in
     command = (tmp_path / "mr" / "5" / "command.txt").read_text()  # nodes=4, workers_per_node=2
     assert command.startswith("srun --ntasks 8 --ntasks-per-node 2") and "--mpi=pmi2" in command
-    assert "--cpus-per-task=1" in command
+    assert "--cpus-per-task=1" in command and "--kill-on-bad-exit=1" in command
     # max_runs_in_flight: 1 — runs of different sizes (different allocations) never overlap on the shared cores
     spans = []
     for job in range(6):
@@ -146,3 +146,27 @@ def test_plain_worker_init_runs_on_the_nodes(tmp_path, slurm_cluster):
     assert proc.returncode == 0, proc.stderr[-3000:]
     made = list(tmp_path.glob("init-ran-in-job-*"))
     assert len(made) == 1 and made[0].name.removeprefix("init-ran-in-job-").isdigit()
+
+
+def test_one_failing_rank_ends_the_whole_srun_job(tmp_path, slurm_cluster):
+    """With the flags scalestudy adds, a rank that dies takes its job step down at once;
+    without them srun lets the other ranks run on (they would spin in MPI_Init or a
+    collective until the walltime)."""
+    import sys
+    import time
+
+    from orchestrator.parsl_config import launch_flags
+    from orchestrator.sites import load_site
+
+    site = load_site("local_slurm")
+    program = "import os, sys, time; r = int(os.environ['SLURM_PROCID']); sys.exit(3) if r == 1 else time.sleep(120)"
+    base = ["srun", "-N2", "--ntasks-per-node=2", *site.launcher_options.split()]
+    t0 = time.monotonic()
+    proc = subprocess.run([*base, *launch_flags(site, 1).split(), sys.executable, "-c", program],
+                          capture_output=True, text=True, timeout=100, cwd=tmp_path)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30, proc.stderr
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):  # the failure mode the flag removes
+        subprocess.run([*base, sys.executable, "-c", program], capture_output=True, timeout=10, cwd=tmp_path)
+    assert time.monotonic() - t0 >= 10
+    subprocess.run(["scancel", "--user", os.environ.get("USER", "root"), "--name", "python"], capture_output=True)
