@@ -1,7 +1,9 @@
 """The Hydra application behind ``scalestudy sweep``.
 
-Its task function runs once per job on a Parsl worker: it rebuilds the run spec
-from the job's config (validated already on the login node) and starts the MPI job.
+Its task function runs once per job on a Parsl worker. The run's spec was built and
+validated on the login node and written into the job's folder before submission
+(plan once, execute many); the task only executes it. Run by another Hydra app or by
+hand, where nobody planned it, it builds the spec from the job's config itself.
 """
 
 from __future__ import annotations
@@ -13,11 +15,19 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from .mpi_run import execute_run
-from .runspec import build_run_spec
+from workloads.spec import RunSpec
+
+from . import config_schema  # noqa: F401 - registers the config schema with Hydra
+from .mpi_run import SPEC_FILE, execute_run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def sweep_job(cfg: DictConfig) -> dict[str, Any]:
-    spec = build_run_spec(cfg)
-    return execute_run(spec, Path(HydraConfig.get().runtime.output_dir))
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if (run_dir / SPEC_FILE).is_file():
+        spec = RunSpec.load(run_dir / SPEC_FILE)
+    else:
+        from .runspec import build_run_spec
+
+        spec = build_run_spec(cfg)
+    return execute_run(spec, run_dir)

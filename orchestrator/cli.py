@@ -17,7 +17,7 @@ USAGE = """scalestudy <command> [options]
 commands:
   sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
                                     run a study's sweep (Hydra overrides; see README)
-  status [--study S]                runs per study: pending, running, done, failed
+  status [--study S] [--failed]     runs per study: pending, running, done, failed (--failed: why, and the log)
   query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG]
                                     one row per run (or per group): table, CSV, JSON, Parquet
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
@@ -31,6 +31,11 @@ def _one_line(exc: BaseException) -> str:
     """Hydra's and OmegaConf's multi-line messages, folded to the line a user needs."""
     from hydra.errors import MissingConfigException
 
+    from .config_schema import explain_unknown_key
+
+    unknown = explain_unknown_key(str(exc))
+    if unknown:
+        return unknown
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
         group, _, name = exc.missing_cfg_file.rpartition("/")
         known = ", ".join(exc.options or [])
@@ -54,6 +59,9 @@ def _sweep(argv: Sequence[str]) -> int:
     from .errors import ConfigError, ScalestudyError
 
     args = list(argv)
+    if "--help" in args or "-h" in args:
+        print(sweep_help(args))
+        return 0
     # A database URL may hold a password: keep it out of Hydra's config, which Hydra
     # writes into every run folder (and out of a detached driver's command line); the
     # sweep reads it from the environment instead.
@@ -71,6 +79,9 @@ def _sweep(argv: Sequence[str]) -> int:
     if not hydra_flags.intersection(args):
         args = ["--multirun", *args]
     sys.argv = ["scalestudy", *args]
+    from .sweep_recorder import SweepRecorder
+
+    SweepRecorder.last_outcome = None
     try:
         sweep_job()
     except (ScalestudyError, HydraException, OmegaConfBaseException) as exc:
@@ -81,7 +92,74 @@ def _sweep(argv: Sequence[str]) -> int:
             return 2 if isinstance(exc, ConfigError) else 1
         print(f"scalestudy: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    outcome = SweepRecorder.last_outcome
+    if outcome and outcome["failed"]:
+        print(f"scalestudy: {outcome['failed']} of {outcome['submitted']} runs failed; their reasons: "
+              f"scalestudy status --study {outcome['study']} --failed", file=sys.stderr)
+        return 1
     return 0
+
+
+def _config_dirs(args: Sequence[str]) -> list[Path]:
+    dirs = []
+    for i, arg in enumerate(args):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(Path(args[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.split("=", 1)[1]))
+    return dirs
+
+
+def sweep_help(args: Sequence[str] = ()) -> str:
+    """``scalestudy sweep --help``: our flags, every key with its default, and what exists to choose from."""
+    import textwrap
+
+    from workloads.registry import ALGORITHMS, DATASETS, MODELS, registered
+
+    from .config_schema import key_help
+    from .sites import known_sites, load_site
+
+    studies = {p.stem: "shipped" for p in (Path(__file__).parent / "conf" / "study").glob("*.yaml")}
+    for folder in _config_dirs(args):
+        studies.update({p.stem: str(folder) for p in (folder / "study").glob("*.yaml")})
+    lines = [
+        "usage: scalestudy sweep [--rerun] [--dry-run] [--detach] [--config-dir DIR] [KEY=VALUE ...]",
+        "",
+        "Runs a study's sweep: every job of the Hydra multirun is one run, submitted through Parsl to the",
+        "site's scheduler and MPI launcher; results go to the results database.",
+        "",
+        "flags:",
+        "  --rerun              run again even runs already done (their earlier results are replaced)",
+        "  --dry-run            validate, print the batch scripts and launch lines, submit nothing",
+        "  --detach             validate here, then drive the sweep from a background process (see its log)",
+        "  --config-dir DIR     also read studies from DIR/study/*.yaml (your own studies)",
+        "  --cfg job            print the composed config of the first job and exit",
+        "",
+        "keys (KEY=VALUE, or KEY=V1,V2,... to sweep; +params.NAME=VALUE adds a free parameter):",
+    ]
+    for key, default, text in key_help():
+        shown = "(required)" if default == "???" else repr(default) if isinstance(default, str) else default
+        head = f"  {key} [{shown}]"
+        lines.append(head)
+        lines.extend(textwrap.wrap(text, width=100, initial_indent="      ", subsequent_indent="      "))
+    lines += ["", "studies (study=NAME): " + ", ".join(f"{n}" + ("" if w == "shipped" else f" ({w})")
+                                                  for n, w in sorted(studies.items()))]
+    lines += ["sites (site=NAME, or site=/path/site.yaml):"]
+    for name in known_sites():
+        site = load_site(name)
+        lines.append(f"  {name:12s} {site.provider:7s} {site.mpi_launcher:8s} {site.description}")
+    lines += [f"algorithms: {', '.join(ALGORITHMS)}",
+              f"models: {', '.join([*MODELS, *registered('model')])}, or model=package.module:factory",
+              f"datasets: {', '.join([*DATASETS, *registered('dataset')])}, or dataset=package.module:factory",
+              "",
+              "examples:",
+              "  scalestudy sweep nodes=1,2,4 workers_per_node=1,2 batch_size=32,64",
+              "  scalestudy sweep study=eager_sgd site=local_slurm --detach",
+              "  scalestudy sweep model=mypkg.nets:make_model +params.hidden=128,256 study_name=mine",
+              "  scalestudy sweep --config-dir examples/ddp_gloo/conf study=ddp_gloo nodes=1,2",
+              "",
+              "Hydra's own help: scalestudy sweep --hydra-help"]
+    return "\n".join(lines)
 
 
 def _detach(args: list[str]) -> int:
@@ -139,12 +217,14 @@ def _status(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="scalestudy status", description="Runs per study and state.")
     parser.add_argument("--study", default=None)
     parser.add_argument("--runs", action="store_true", help="list every run, not only the counts")
+    parser.add_argument("--failed", action="store_true",
+                        help="list failed, timed-out and partial runs with their reason and log")
     _db_args(parser)
     args = parser.parse_args(argv)
 
     from results_db import query
 
-    from .report import print_runs_table, render
+    from .report import print_failed_runs, print_runs_table, render
 
     try:
         engine = _open_for_reading(args.db)
@@ -156,7 +236,9 @@ def _status(argv: Sequence[str]) -> int:
         print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
         return 0
     render(counts, "table", title="runs per state")
-    if args.runs or args.study:
+    if args.failed:
+        print_failed_runs(engine, study=args.study)
+    elif args.runs or args.study:
         print_runs_table(engine, study=args.study)
     return 0
 
@@ -179,9 +261,15 @@ def _query(argv: Sequence[str]) -> int:
 
     from results_db import compare, query
 
-    from .report import SUMMARY_COLUMNS, render
+    from .report import SUMMARY_COLUMNS, render, with_json_keys
 
     try:
+        if args.agg and not args.group_by:
+            raise ValueError("--agg needs --group-by (the axes to aggregate over), e.g. --group-by nodes --agg "
+                             "throughput:mean,std")
+        if args.group_by and args.columns:
+            raise ValueError("--columns and --group-by together: a grouped table's columns are the group-by axes "
+                             "and the --agg results")
         engine = _open_for_reading(args.db)
         if args.group_by:
             metrics = {}
@@ -193,6 +281,8 @@ def _query(argv: Sequence[str]) -> int:
         else:
             columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
             frame = query.runs(engine, study=args.study, where=args.where, columns=columns)
+            if not args.columns:
+                frame = with_json_keys(engine, frame, args.study, args.where)
         render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
     except (query.QueryError, compare.CompareError, ValueError, _NoDatabase) as exc:
         return _fail(str(exc))

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 log = logging.getLogger(__name__)
 
 SKIPPED = "skipped"
+FAILED = "failed"
 
 
 @dataclass
@@ -61,6 +62,10 @@ class SweepObserver(Protocol):
     def close(self, results: Sequence[JobReturn]) -> None:
         """Called once all jobs ended (or the sweep was interrupted)."""
 
+    # Optional: ``absorbs_failures = True`` when the observer records failed jobs itself;
+    # the launcher then returns them as completed (value ``FAILED``) instead of letting
+    # Hydra's sweeper raise the first one after the sweep.
+
     # Optional: ``launcher_options(job) -> str``, extra MPI launcher flags for one job
     # (e.g. the binding flags its threads per rank call for).
 
@@ -85,6 +90,24 @@ def _run_hydra_job(payload: bytes, parsl_resource_specification: Optional[dict] 
     finally:
         os.chdir(old_cwd)
     return cloudpickle.dumps(ret)
+
+
+def _remove_if_unused(sweep_dir: Path) -> None:
+    """Remove a sweep folder that holds nothing but Hydra's ``multirun.yaml`` (a dry run, a
+    refused sweep, everything already done), and the empty folders above it up to the
+    working directory, so that normal use does not pile up empty ``multirun/`` folders."""
+    try:
+        if not sweep_dir.is_dir() or any(p.name != "multirun.yaml" for p in sweep_dir.iterdir()):
+            return
+        (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+        sweep_dir.rmdir()
+        stop = Path.cwd().resolve()
+        parent = sweep_dir.resolve().parent
+        while parent != stop and stop in parent.parents and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    except OSError:
+        pass
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -157,17 +180,22 @@ class ParslLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
 
-        jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
-        site = with_overrides(load_site(self.site), **self.site_overrides)
-        observer = self._make_observer()
-        submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
-        for job, go in zip(jobs, submit):
-            if go:
-                self._size(job, site, observer)
+        try:
+            jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
+            site = with_overrides(load_site(self.site), **self.site_overrides)
+            observer = self._make_observer()
+            submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
+            for job, go in zip(jobs, submit):
+                if go:
+                    self._size(job, site, observer)
+        except BaseException:
+            _remove_if_unused(sweep_dir)  # a refused sweep leaves no folder behind
+            raise
         to_run = [j for j, go in zip(jobs, submit) if go]
         results: dict[int, JobReturn] = {j.idx: self._skipped_return(j) for j, go in zip(jobs, submit) if not go}
         if not to_run:
-            log.info("Nothing to launch (%d jobs: done, in progress elsewhere, or a dry run)", len(jobs))
+            log.debug("Nothing to launch (%d jobs: done, in progress elsewhere, or a dry run)", len(jobs))
+            _remove_if_unused(sweep_dir)
             if observer:
                 observer.close([results[j.idx] for j in jobs])
             return [results[j.idx] for j in jobs]
@@ -225,7 +253,21 @@ class ParslLauncher(Launcher):
         ordered = [results[j.idx] for j in jobs]
         if observer:
             observer.close(ordered)
+            if getattr(observer, "absorbs_failures", False):
+                ordered = [self._absorbed(r) for r in ordered]
         return ordered
+
+    @staticmethod
+    def _absorbed(ret: JobReturn) -> JobReturn:
+        """A failed job the observer has recorded: reported as completed with ``FAILED`` as its
+        value, so that Hydra's sweeper does not re-raise it after the sweep (the observer's
+        application decides the exit status)."""
+        if ret.status != JobStatus.FAILED:
+            return ret
+        out = JobReturn(overrides=ret.overrides, cfg=ret.cfg, hydra_cfg=ret.hydra_cfg, working_dir=ret.working_dir,
+                        task_name=ret.task_name, status=JobStatus.COMPLETED)
+        out._return_value = FAILED
+        return out
 
     def _job_return(self, job: SweepJob, fut: concurrent.futures.Future) -> JobReturn:
         try:

@@ -2,6 +2,9 @@
 
 The launch prefix comes from Parsl (``$PARSL_MPI_PREFIX``, sized for this run); the
 command after it is an argument list, never shell text built from config values.
+The job runs in a process group of its own and under the run's time limit: when the
+limit passes, the whole group is stopped (SIGTERM, then SIGKILL), so no rank outlives
+its run.
 """
 
 from __future__ import annotations
@@ -10,18 +13,28 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+from workloads.metrics import write_result
 from workloads.spec import RunSpec
 
 from .errors import RunFailed
 
 SPEC_FILE = "spec.json"
+STARTED_FILE = "command.txt"   # written when the MPI job starts
 LOG_FILE = "workload.log"
 _JOB_ID_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID")
+KILL_GRACE_SECONDS = 10.0
+
+
+class RunTimedOut(RunFailed):
+    """The run's MPI job passed its time limit and was stopped."""
 
 
 def launch_prefix(spec: RunSpec) -> list[str]:
@@ -32,12 +45,14 @@ def launch_prefix(spec: RunSpec) -> list[str]:
     return ["mpiexec", "-n", str(spec.world_size)]
 
 
+def program(spec: RunSpec, spec_path: Path) -> list[str]:
+    """What each rank runs: the built-in workload, or the wrapper around the user's command."""
+    module = "workloads.command" if spec.workload_kind == "command" else "workloads"
+    return [sys.executable, "-m", module, str(spec_path)]
+
+
 def workload_command(spec: RunSpec, spec_path: Path) -> list[str]:
-    return [*launch_prefix(spec), sys.executable, "-m", "workloads", str(spec_path)]
-
-
-def workload_command_after_prefix(spec_path: Path) -> str:
-    return shlex.join([sys.executable, "-m", "workloads", str(spec_path)])
+    return [*launch_prefix(spec), *program(spec, spec_path)]
 
 
 def _reason(path: Path, lines: int = 3) -> str:
@@ -50,23 +65,65 @@ def _reason(path: Path, lines: int = 3) -> str:
     return own[0] if own else " | ".join(line.strip() for line in text[-lines:])
 
 
+def _run_group(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout: float | None) -> tuple[int, bool]:
+    """(exit code, timed out): the launcher in a new process group, stopped as a whole on timeout."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            pass
+        except BaseException:  # the worker is being stopped: take the job down with it
+            _stop_group(proc)
+            raise
+        _stop_group(proc)
+        return proc.returncode, True
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the launcher's group (srun and mpiexec forward it to every rank), SIGKILL after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, KILL_GRACE_SECONDS)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / SPEC_FILE
-    spec.save(spec_path)
+    if not spec_path.is_file():  # planned on the login node normally; written here when run without a planner
+        spec.save(spec_path)
     cmd = workload_command(spec, spec_path)
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(spec.threads_per_worker)
+    env["SCALESTUDY_ATTEMPT"] = uuid.uuid4().hex[:12]
+    env["SCALESTUDY_LAUNCH_DIR"] = os.getcwd()
     if shutil.which(cmd[0], path=env.get("PATH")) is None:  # e.g. the venv's mpiexec, venv not activated
         env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{Path(sys.executable).parent}"
-    (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
-    with open(run_dir / LOG_FILE, "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
+    for stale in ("result.json",):
+        (run_dir / stale).unlink(missing_ok=True)
+    (run_dir / STARTED_FILE).write_text(shlex.join(cmd) + "\n")
+    t0 = time.monotonic()
+    code, timed_out = _run_group(cmd, env, run_dir, run_dir / LOG_FILE, spec.run_timeout)
+    wall = time.monotonic() - t0
+    job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
+    if timed_out:
+        raise RunTimedOut(f"timeout: the run passed its time limit of {spec.run_timeout:.0f} s and was stopped "
+                          f"(run_timeout=SECONDS raises it; log: {run_dir / LOG_FILE})")
     result_path = run_dir / "result.json"
-    if proc.returncode != 0 or not result_path.is_file():
+    if spec.workload_kind == "command":
+        from workloads.command import summarize
+
+        write_result(run_dir, summarize(spec, run_dir, code, wall))
+    elif code != 0 or not result_path.is_file():
         raise RunFailed(
-            f"run in {run_dir} failed: {cmd[0]} exited with {proc.returncode}; "
+            f"run in {run_dir} failed: {cmd[0]} exited with {code}; "
             f"{_reason(run_dir / LOG_FILE) or 'no output'} (log: {run_dir / LOG_FILE})"
         )
-    job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
     return {"run_dir": str(run_dir), "job_id": job_id, "result": json.loads(result_path.read_text())}

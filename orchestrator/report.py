@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from results_db import query
+from workloads.spec import FIELDS
 
-SUMMARY_COLUMNS = ("run_id", "study", "status", "nodes", "workers_per_node", "threads_per_node", "batch_size",
-                   "global_batch_size", "algorithm", "model", "throughput", "final_top1", "train_seconds")
-SWEEP_COLUMNS = ("run_id", "status", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
-                 "throughput", "final_top1", "train_seconds")
+# the fields the registry marks for summaries (seed included: repeats are not duplicate rows)
+_SUMMARY_FIELDS = tuple(f.name for f in FIELDS if f.summary)
+_RESULTS = ("throughput", "final_top1", "train_seconds")
+SUMMARY_COLUMNS = ("run_id", "study", "status", *_SUMMARY_FIELDS, "global_batch_size", *_RESULTS)
+SWEEP_COLUMNS = ("run_id", "status", *_SUMMARY_FIELDS, *_RESULTS)
 FORMATS = ("table", "csv", "json", "parquet")
 
 
@@ -59,7 +61,39 @@ def _table(frame: pd.DataFrame, title: str | None) -> Table:
     return table
 
 
+def with_json_keys(engine, frame: pd.DataFrame, study=None, where=None, run_ids=None) -> pd.DataFrame:
+    """``frame`` (from ``query.runs``) with a column per free parameter and reported metric these runs have."""
+    extra = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=["run_id", "params", "metrics"])
+    extra = query.expand_json(query.expand_json(extra, "params"), "metrics").drop(columns=["params", "metrics"])
+    keys = [c for c in extra.columns if c != "run_id" and extra[c].notna().any() and c not in frame.columns]
+    if not keys or "run_id" not in frame.columns:
+        return frame
+    return frame.merge(extra[["run_id", *keys]], on="run_id", how="left")
+
+
 def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, study: str | None = None,
                      columns: Sequence[str] = SUMMARY_COLUMNS, title: str = "runs") -> None:
     frame = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=columns)
-    render(frame, "table", title=title)
+    render(with_json_keys(engine, frame, study, where, run_ids), "table", title=title)
+
+
+FAILED_STATES = ("failed", "timeout", "partial")
+
+
+def print_failed_runs(engine, study: str | None = None) -> None:
+    """Each failed, timed-out or partial run: its configuration, its reason, where its log is."""
+    from pathlib import Path
+
+    frame = query.runs(engine, study=study, where=None,
+                       columns=["run_id", "study", "status", "nodes", "workers_per_node", "algorithm", "error", "run_dir"])
+    frame = frame[frame["status"].isin(FAILED_STATES)]
+    if frame.empty:
+        print("no failed, timed-out or partial runs" + (f" in study {study!r}" if study else ""))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 250, highlight=False, soft_wrap=True)
+    for row in frame.itertuples(index=False):
+        log = Path(row.run_dir) / "workload.log" if row.run_dir else None
+        console.print(f"[bold]run {row.run_id}[/bold] ({row.study}, nodes={row.nodes}, workers_per_node="
+                      f"{row.workers_per_node}, {row.algorithm}): [red]{row.status}[/red]: {row.error or '(no reason stored)'}")
+        if log is not None:
+            console.print(f"    log: {log}" + ("" if log.exists() else " (not on this host)"))

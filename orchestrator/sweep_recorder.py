@@ -11,6 +11,7 @@ With ``dry_run`` it prints what would be submitted and records nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import tempfile
@@ -30,13 +31,30 @@ from workloads.spec import RunSpec
 
 from .errors import ConfigError
 from .launcher import SweepJob
-from .mpi_run import SPEC_FILE
+from .mpi_run import SPEC_FILE, STARTED_FILE
 from .progress import SweepProgress
 from .provenance import provenance
 from .runspec import build_run_spec, run_key
-from .sites import SiteConfig, load_site, with_overrides
+from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 
 HEARTBEAT_EVERY = 5.0
+
+
+def default_run_timeout(site: SiteConfig) -> float:
+    """A run may use its batch job's walltime, less a margin for starting and for ingestion."""
+    seconds = walltime_seconds(site.walltime)
+    return float(max(60, seconds - max(60, seconds // 20)))
+
+
+def _headline(result: dict) -> str:
+    """A finished run in a few words: throughput, accuracy, the metrics a command reported."""
+    parts = []
+    if result.get("throughput") is not None:
+        parts.append(f"{result['throughput']:.4g} samples/s")
+    if result.get("final_top1") is not None:
+        parts.append(f"top-1 {result['final_top1']:.3f}")
+    parts.extend(f"{k} {v:.4g}" for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float)))
+    return ", ".join(parts) or "done"
 
 
 def sweep_site(config: DictConfig) -> SiteConfig:
@@ -46,6 +64,9 @@ def sweep_site(config: DictConfig) -> SiteConfig:
 
 
 class SweepRecorder:
+    absorbs_failures = True   # failed runs are recorded here; the CLI's exit status reports them
+    last_outcome: dict | None = None  # {"study", "submitted", "failed"} of the last sweep this process ran
+
     def __init__(self, config: DictConfig) -> None:
         self.config = config
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -59,6 +80,7 @@ class SweepRecorder:
         self.submitted: set[int] = set()
         self.ended: set[int] = set()
         self.progress: SweepProgress | None = None
+        self.failed: set[int] = set()
         self._last_beat = 0.0
 
     # -- before anything is submitted ---------------------------------------------------
@@ -72,6 +94,8 @@ class SweepRecorder:
             if job_site != site_name:
                 raise ConfigError("site", job_site, f"one sweep runs on one site ({site_name}); sweep other sites in separate commands")
             spec = build_run_spec(job.config, site)
+            if spec.run_timeout is None:
+                spec = dataclasses.replace(spec, run_timeout=default_run_timeout(site))
             if spec.threads_per_node > site.max_threads_per_node and not site.oversubscribe:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
@@ -102,6 +126,8 @@ class SweepRecorder:
             submit.append(decision.submit)
             if decision.submit:
                 self.submitted.add(job.idx)
+                job.output_dir.mkdir(parents=True, exist_ok=True)
+                self.specs[job.idx].save(job.output_dir / SPEC_FILE)  # the task executes this spec as planned
             elif decision.reason == "done":
                 self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done "
                                    f"(run_key {decision.run_key}; --rerun forces)[/dim]")
@@ -119,8 +145,10 @@ class SweepRecorder:
         return launch_flags(self.site, self.specs[job.idx].threads_per_worker)
 
     def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
+        import shlex
+
+        from .mpi_run import program
         from .parsl_config import launch_flags, node_hours, preview_batch_script, preview_launch_prefix
-        from .mpi_run import workload_command_after_prefix
 
         site = self.site
         out = Console(highlight=False, soft_wrap=True)
@@ -139,14 +167,14 @@ class SweepRecorder:
             hours = node_hours(site, spec.nodes)
             total += hours
             out.print(f"#{job.idx} {self.labels[job.idx]}\n    launch: {prefix} "
-                      f"{workload_command_after_prefix(job.output_dir / SPEC_FILE)}\n"
+                      f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}\n"
                       f"    node-hours requested: {spec.nodes} x {site.walltime} = {hours:.2f}")
         out.print(f"\ntotal node-hours requested: {total:.2f} (at most; runs of one node count share a batch job)")
 
     # -- while jobs run ------------------------------------------------------------------
 
     def on_poll(self, running: Sequence[SweepJob]) -> None:
-        newly = [j for j in running if j.idx not in self.started and (j.output_dir / SPEC_FILE).exists()]
+        newly = [j for j in running if j.idx not in self.started and (j.output_dir / STARTED_FILE).exists()]
         if newly:
             mark_running(self.engine, [self.run_ids[j.idx] for j in newly])
             for job in newly:
@@ -168,14 +196,19 @@ class SweepRecorder:
             try:
                 ingest_run(self.engine, run_id, job.output_dir, job_id=value.get("job_id"))
             except (IngestError, OSError, ValueError) as exc:
+                self.failed.add(job.idx)
                 mark_failed(self.engine, run_id, f"ingestion failed: {exc}")
                 self.progress.failed(label, f"ingestion failed: {exc}", running)
                 return
             res = value.get("result", {})
-            self.progress.done(label, f"{res.get('throughput', float('nan')):.0f} samples/s, "
-                                      f"top-1 {res.get('final_top1', float('nan')):.3f}", running)
+            if res.get("status") != "done":
+                self.failed.add(job.idx)
+                self.progress.failed(label, str(res.get("error") or "the run reported failure"), running)
+                return
+            self.progress.done(label, _headline(res), running)
         else:
             error = result._return_value
+            self.failed.add(job.idx)
             mark_failed(self.engine, run_id, f"{type(error).__name__}: {error}")
             self.progress.failed(label, str(error), running)
 
@@ -185,7 +218,10 @@ class SweepRecorder:
         if self.progress is not None:
             self.progress.stop()
         for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
+            self.failed.add(idx)
             mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
+        SweepRecorder.last_outcome = {"study": OmegaConf.select(self.config, "study_name"),
+                                      "submitted": len(self.submitted), "failed": len(self.failed)}
         from .report import SWEEP_COLUMNS, print_runs_table
 
         run_ids = list(self.run_ids.values())

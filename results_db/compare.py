@@ -1,6 +1,9 @@
 """Group-by aggregates over runs, and comparisons against a baseline (speedup, efficiency).
 
-Repeats are runs that differ only in ``seed``: they are averaged (mean ± std).
+Repeats are runs that agree on every field of a run's configuration (every identity
+field of ``workloads.spec`` except ``seed`` and ``repeat``, each free parameter
+included): they are averaged (mean ± std). Runs that differ in anything else —
+momentum, steps_per_epoch, a parameter — are different configurations.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine
 
+from workloads.spec import CONFIG_FIELDS
+
 from . import query
 
-# The axes that make two runs "the same configuration" (seed is the repeat).
-CONFIG_AXES = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm", "model",
-               "dataset", "epochs", "lr", "fusion_threshold_mb", "cycle_time_ms", "sync_every", "imbalance_kind",
-               "imbalance_ranks", "imbalance_delay_ms")
+# The fields that make two runs "the same configuration" (seed and repeat index are the repeat).
+# ``params`` stands for one axis per free parameter (``params.NAME``), found in the data.
+CONFIG_AXES = CONFIG_FIELDS
 AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum")
 
 
@@ -27,23 +31,49 @@ def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequen
               study: str | None = None, where=None) -> pd.DataFrame:
     """``metrics``: column -> aggregates (count, mean, std, min, max, median, sum); one row per group."""
     metrics = metrics or {"throughput": ("count", "mean", "std")}
+    if not group_by:
+        raise CompareError("give the axes to group by, e.g. --group-by nodes,algorithm")
     for agg in (a for aggs in metrics.values() for a in aggs):
         if agg not in AGGREGATES:
             raise CompareError(f"unknown aggregate {agg!r}; known: {', '.join(AGGREGATES)}")
     frame = query.runs(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])))
     if frame.empty:
         return pd.DataFrame(columns=[*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)])
+    frame = hashable(frame)
+    for column, aggs in metrics.items():
+        if any(a != "count" for a in aggs) and not pd.api.types.is_numeric_dtype(frame[column].dropna()):
+            raise CompareError(f"--agg {column}: not a numeric column (count is the only aggregate it takes)")
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if any(a != "count" for a in aggs) \
+            else frame[column]
     grouped = frame.groupby(list(group_by), dropna=False).agg({c: list(aggs) for c, aggs in metrics.items()})
     grouped.columns = [f"{c}_{a}" for c, a in grouped.columns]
     return grouped.reset_index()
+
+
+def hashable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Lists and mappings (a command, the params) as text, so that pandas can group by them."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].map(lambda v: isinstance(v, (list, dict, tuple))).any():
+            out[column] = out[column].map(lambda v: " ".join(map(str, v)) if isinstance(v, (list, tuple))
+                                          else (str(dict(sorted(v.items()))) if isinstance(v, dict) and v else
+                                                ("" if isinstance(v, (dict, list, tuple)) else v)))
+    return out
+
+
+def config_axes(runs: pd.DataFrame) -> list[str]:
+    """The configuration axes of these runs: the registry's, with ``params`` as one axis per parameter."""
+    params = sorted(c for c in runs.columns if c.startswith("params."))
+    return [a for a in CONFIG_AXES if a != "params"] + params
 
 
 def parse_baseline(baseline: str) -> tuple[str, object]:
     if "=" not in baseline:
         raise CompareError(f"baseline {baseline!r}: write it as AXIS=VALUE, e.g. algorithm=sync or nodes=1")
     axis, value = (x.strip() for x in baseline.split("=", 1))
-    if axis not in CONFIG_AXES:
-        raise CompareError(f"baseline axis {axis!r} is not a sweep axis; known: {', '.join(CONFIG_AXES)}")
+    if axis not in CONFIG_AXES and not axis.startswith("params."):
+        raise CompareError(f"baseline axis {axis!r} is not a sweep axis; known: "
+                           f"{', '.join(a for a in CONFIG_AXES if a != 'params')}, params.NAME")
     for cast in (int, float):
         try:
             return axis, cast(value)
@@ -61,8 +91,10 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     """
     axis, _ = parse_baseline(baseline)
     runs = query.runs(engine, study=study, where=where)
+    if metric.startswith("metrics.") and metric not in runs.columns:
+        raise CompareError(f"metric {metric!r}: no run of this selection has it")
     out = compare_runs(runs[runs["status"] == "done"], baseline, metric)
-    keys = [a for a in CONFIG_AXES if a != axis]
+    keys = [a for a in config_axes(out) if a != axis]
     varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
     columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
                "speedup_std", "efficiency"]
@@ -74,9 +106,14 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput") 
     axis, value = parse_baseline(baseline)
     if runs.empty:
         raise CompareError("no finished runs match")
+    runs = hashable(query.expand_json(runs, "params") if "params" in runs.columns else runs)
+    if axis not in runs.columns:
+        raise CompareError(f"baseline axis {axis!r}: no run of this selection has it")
+    if metric in runs.columns and runs[metric].dtype == object:
+        runs = runs.assign(**{metric: pd.to_numeric(runs[metric], errors="coerce")})
     if metric not in runs.columns or not pd.api.types.is_numeric_dtype(runs[metric]):
         raise CompareError(f"metric {metric!r} is not a numeric run column")
-    keys = [a for a in CONFIG_AXES if a != axis]
+    keys = [a for a in config_axes(runs) if a != axis]
     per_config = (runs.groupby([*keys, axis], dropna=False)
                   .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
                        world_size=("world_size", "first"))

@@ -32,7 +32,7 @@ from .timeline import step_stats
 
 SUPPORTED_SCHEMAS = (1,)
 _STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "delay",
-                "loss")
+                "loss", "seconds")
 _ROUND_FIELDS = ("round", "initiator", "fresh", "stale", "null", "synchronous", "t0", "latency")
 _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
@@ -125,7 +125,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
     if result.get("schema") not in SUPPORTED_SCHEMAS:
         raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported")
     rank_files = sorted((run_dir / "metrics").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
-    if not rank_files:
+    if not rank_files and result.get("kind") != "command":  # a command that never started has none
         raise IngestError(f"{run_dir}/metrics: no rank-*.jsonl files")
 
     with Session(writer(engine)) as session, session.begin():
@@ -139,6 +139,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         steps = RowSink(session, "steps", ("run_id", "rank", *_STEP_FIELDS))
         events = RowSink(session, "events", _EVENT_COLUMNS)
         truncated: list[str] = []
+        last_eval: dict[str, Any] = {}
         for path in rank_files:
             rank = int(path.stem.split("-")[1])
             start: dict[str, Any] = {}
@@ -164,6 +165,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                     session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
                 elif kind == "eval":
                     session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
+                    last_eval = rec
                 elif kind == "run_start":
                     start = rec
                 elif kind == "run_end":
@@ -186,9 +188,15 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if job_id:
             run.job_id = str(job_id)
         run.versions = versions
-        for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss"):
+        for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
+                     "exit_code", "output_tail"):
             setattr(run, name, result.get(name))
+        if result.get("kind") == "command" and last_eval:  # a command that reported evaluations
+            run.final_top1 = run.final_top1 if run.final_top1 is not None else last_eval.get("top1")
+            run.final_loss = run.final_loss if run.final_loss is not None else last_eval.get("loss")
         run.status = "done" if result.get("status") == "done" else "failed"
+        if run.status == "failed":
+            run.error = str(result.get("error") or "the run reported failure")[-4000:]
         if truncated and run.status == "done":
             run.status = "partial"
             run.error = f"metrics cut off mid-line in {', '.join(truncated)}: ingested every whole record"

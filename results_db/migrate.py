@@ -36,10 +36,21 @@ def head_revision() -> str:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # not "Context impl ..." on every open
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        tables = set(inspect(conn).get_table_names())
-        if "alembic_version" not in tables and "runs" in tables:
-            # created before migrations: stamp what it has, then upgrade the rest
-            command.stamp(cfg, "0002" if "events" in tables else "0001")
-        command.upgrade(cfg, revision)
+    with engine.connect() as conn:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite alters a table by copying it; with foreign keys enforced, dropping the old copy
+            # of a referenced table (runs) fails. Alembic's recipe: off for the migration, outside
+            # any transaction (the connection is in autocommit mode, see store._sqlite_pragmas).
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                tables = set(inspect(conn).get_table_names())
+                if "alembic_version" not in tables and "runs" in tables:
+                    # created before migrations: stamp what it has, then upgrade the rest
+                    command.stamp(cfg, "0002" if "events" in tables else "0001")
+                command.upgrade(cfg, revision)
+        finally:
+            if sqlite:
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")

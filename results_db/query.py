@@ -1,38 +1,55 @@
 """Read the results back as pandas DataFrames.
 
-Filters are small expressions (``nodes>=2, algorithm=sync``) parsed into SQLAlchemy
-conditions on typed columns: no user text is ever pasted into SQL.
+Filters are small expressions (``nodes>=2, algorithm=sync``, ``params.hidden=128``)
+parsed into SQLAlchemy conditions on typed columns: no user text is ever pasted into
+SQL, and a value that does not fit its column (``nodes>=two``) is an error, not an
+empty table. Conditions are joined by commas or ``and``; every one must hold.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+from datetime import datetime
 from typing import Any, Sequence
 
 import pandas as pd
-from sqlalchemy import Engine, func, select
+from sqlalchemy import JSON, Boolean, DateTime, Engine, Float, Integer, func, select
 from sqlalchemy.orm import Session
 
-from .schema import Eval, Event, Round, Run, Step, StepStat, Study
+from .schema import Eval, Event, Round, Run, Step, StepStat, Study, runs_table
 
-RUN_COLUMNS = (
-    "run_id", "study", "run_key", "status", "site", "nodes", "workers_per_node", "threads_per_node",
-    "world_size", "batch_size", "global_batch_size", "algorithm", "model", "dataset", "epochs", "lr", "seed",
-    "fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every", "imbalance_kind",
-    "imbalance_ranks", "imbalance_delay_ms",
-    "throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "job_id", "hosts",
-    "run_dir", "error", "created_at", "started_at", "finished_at", "git_commit", "git_dirty", "versions",
-    "environment", "config",
-)
+# bookkeeping columns a reader never needs (the whole spec is in ``config`` and the columns)
+_HIDDEN = ("id", "study_id", "spec", "driver", "heartbeat", "ingested_at")
+RUN_COLUMNS = ("run_id", "study", *(c.name for c in runs_table.columns if c.name not in _HIDDEN))
+# JSON columns whose keys are addressed as ``params.NAME`` / ``metrics.NAME``
+JSON_FIELDS = ("params", "metrics")
 _OPS = {
     "=": lambda c, v: c == v, "==": lambda c, v: c == v, "!=": lambda c, v: c != v,
     ">=": lambda c, v: c >= v, "<=": lambda c, v: c <= v, ">": lambda c, v: c > v, "<": lambda c, v: c < v,
 }
-_CLAUSE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|!=|>=|<=|=|>|<)\s*([^=<>!\s].*?)\s*$")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?"
+_CLAUSE = re.compile(rf"^\s*({_NAME})\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
 
 
 class QueryError(ValueError):
     """A filter or column the database does not have."""
+
+
+def _unknown(name: str) -> QueryError:
+    close = difflib.get_close_matches(name, RUN_COLUMNS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return QueryError(f"unknown column {name!r}{hint}; known: {', '.join(RUN_COLUMNS)}, params.NAME, metrics.NAME")
+
+
+def check_column(name: str) -> str:
+    """``name`` if a run column or a ``params.``/``metrics.`` key, else a clear error."""
+    head, _, key = name.partition(".")
+    if key and head in JSON_FIELDS and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return name
+    if name not in RUN_COLUMNS:
+        raise _unknown(name)
+    return name
 
 
 def _column(name: str):
@@ -40,13 +57,14 @@ def _column(name: str):
         return Study.name
     if name == "run_id":
         return Run.id
-    if name in RUN_COLUMNS and hasattr(Run, name):
-        return getattr(Run, name)
-    raise QueryError(f"unknown column {name!r}; known: {', '.join(RUN_COLUMNS)}")
+    check_column(name)
+    return getattr(Run, name)
 
 
-def _value(text: str) -> Any:
-    text = text.strip().strip("'\"")
+def _literal(text: str) -> Any:
+    """A value whose type the column does not fix (a params. or metrics. key)."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for cast in (int, float):
         try:
             return cast(text)
@@ -55,20 +73,72 @@ def _value(text: str) -> Any:
     return text
 
 
+def _typed(name: str, column, text: str) -> Any:
+    raw = text.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        raw = raw[1:-1]
+    if not raw:
+        raise QueryError(f"cannot read filter on {name}: no value given")
+    kind = getattr(column, "type", None)
+    try:
+        if isinstance(kind, Boolean):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return raw.lower() in ("true", "1")
+        if isinstance(kind, Integer):
+            return int(raw)
+        if isinstance(kind, Float):
+            return float(raw)
+        if isinstance(kind, DateTime):
+            return datetime.fromisoformat(raw)
+    except ValueError:
+        what = {Boolean: "true or false", Integer: "an integer", Float: "a number", DateTime: "an ISO date"}
+        expected = next(v for k, v in what.items() if isinstance(kind, k))
+        raise QueryError(f"filter on {name}: {raw!r} is not {expected}") from None
+    return raw
+
+
+def _json_condition(name: str, op: str, text: str):
+    head, _, key = name.partition(".")
+    value = _literal(text.strip().strip("'\""))
+    element = getattr(Run, head)[key]
+    if isinstance(value, bool):
+        return _OPS[op](element.as_boolean(), value)
+    if isinstance(value, (int, float)):
+        return _OPS[op](element.as_float(), float(value))
+    return _OPS[op](element.as_string(), value)
+
+
 def parse_where(where: str | Sequence[str] | None) -> list:
-    """``"nodes>=2, algorithm=sync"`` (or a list of such) → SQLAlchemy conditions."""
+    """``"nodes>=2, algorithm=sync"`` (or a list of such) → SQLAlchemy conditions, all of which must hold."""
     if not where:
         return []
     parts: list[str] = []
     for chunk in [where] if isinstance(where, str) else where:
+        if re.search(r"\s+or\s+|\|\|", chunk, flags=re.IGNORECASE):
+            raise QueryError(f"cannot read filter {chunk.strip()!r}: conditions are joined with ',' or 'and' "
+                             "(all must hold); 'or' is not supported — run one query per alternative")
         parts.extend(p for p in re.split(r",|\s+and\s+", chunk, flags=re.IGNORECASE) if p.strip())
     conditions = []
     for part in parts:
         m = _CLAUSE.match(part)
         if not m:
-            raise QueryError(f"cannot read filter {part.strip()!r}; write e.g. nodes>=2 or algorithm=sync")
+            raise QueryError(f"cannot read filter {part.strip()!r}; write e.g. nodes>=2, algorithm=sync or "
+                             "params.hidden=128")
         name, op, raw = m.groups()
-        conditions.append(_OPS[op](_column(name), _value(raw)))
+        if not raw.strip().strip("'\""):
+            raise QueryError(f"cannot read filter {part.strip()!r}: no value given")
+        if re.search(r"(==|!=|>=|<=|=|>|<)", raw):
+            raise QueryError(f"cannot read filter {part.strip()!r}: one comparison per condition")
+        check_column(name)
+        if name.partition(".")[0] in JSON_FIELDS and "." in name:
+            conditions.append(_json_condition(name, op, raw))
+            continue
+        column = _column(name)
+        value = _typed(name, column, raw)
+        if isinstance(getattr(column, "type", None), JSON):
+            raise QueryError(f"filter on {name}: a JSON column; filter on one of its keys, e.g. {name}.NAME=VALUE")
+        conditions.append(_OPS[op](column, value))
     return conditions
 
 
@@ -77,11 +147,28 @@ def _ids(run_ids: Sequence[int]) -> list[int]:
     return [int(i) for i in run_ids]
 
 
+def expand_json(frame: pd.DataFrame, field: str, keys: Sequence[str] | None = None) -> pd.DataFrame:
+    """Add a ``field.KEY`` column for each key of a JSON column (all keys present, or ``keys``)."""
+    if field not in frame.columns:
+        return frame
+    values = [v if isinstance(v, dict) else {} for v in frame[field]]
+    wanted = keys if keys is not None else sorted({k for v in values for k in v})
+    out = frame.copy()
+    for key in wanted:
+        out[f"{field}.{key}"] = [v.get(key) for v in values]
+    return out
+
+
 def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
          columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None) -> pd.DataFrame:
-    """One row per run, with every sweep axis and the headline measurements."""
-    cols = list(columns or RUN_COLUMNS)
-    selected = [_column(c).label(c) for c in cols]
+    """One row per run, with every sweep axis and the headline measurements.
+
+    ``columns`` may name ``params.NAME`` and ``metrics.NAME``; without ``columns`` every
+    run column comes back, ``params.*`` and ``metrics.*`` expanded beside ``params`` and ``metrics``."""
+    cols = [check_column(c) for c in (columns or RUN_COLUMNS)]
+    dotted = [c for c in cols if "." in c]
+    base = list(dict.fromkeys([c for c in cols if "." not in c] + [c.split(".")[0] for c in dotted]))
+    selected = [_column(c).label(c) for c in base]
     stmt = select(*selected).join(Study, Run.study_id == Study.id)
     if study:
         stmt = stmt.where(Study.name == study)
@@ -91,7 +178,12 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
         stmt = stmt.where(cond)
     stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size, Run.id)
     with engine.connect() as conn:
-        return pd.DataFrame(conn.execute(stmt).all(), columns=cols)
+        frame = pd.DataFrame(conn.execute(stmt).all(), columns=base)
+    for field in JSON_FIELDS:
+        if field in frame.columns:
+            keys = [c.split(".", 1)[1] for c in dotted if c.startswith(field + ".")] if columns else None
+            frame = expand_json(frame, field, keys)
+    return frame if not columns else frame[cols]
 
 
 def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
@@ -164,6 +256,9 @@ def status_counts(engine: Engine, study: str | None = None) -> pd.DataFrame:
     for state in ("pending", "running", "done", "failed"):
         if state not in wide:
             wide[state] = 0
-    wide = wide[["pending", "running", "done", "failed"]].astype(int)
+    # every state the database holds is counted: the usual four always, others (partial, timeout) when present
+    order = ["pending", "running", "done", "partial", "failed", "timeout"]
+    states = [s for s in order if s in wide] + sorted(s for s in wide.columns if s not in order)
+    wide = wide[states].astype(int)
     wide["total"] = wide.sum(axis=1)
     return wide.reset_index()

@@ -14,13 +14,13 @@ from typing import Any, Iterable, Sequence
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 
+from workloads.spec import FIELDS
+
 from .store import writer
 from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study, utcnow
 
-_SPEC_COLUMNS = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm",
-                 "model", "dataset", "epochs", "lr", "seed")
-_OPTIONAL_SPEC_COLUMNS = ("fusion_threshold_mb", "cycle_time_ms", "timeline", "device", "sync_every",
-                          "imbalance_kind", "imbalance_ranks", "imbalance_delay_ms")
+# the spec's fields that have a runs column, with the value an older spec without them meant
+_COLUMN_DEFAULTS = {f.name: f.default for f in FIELDS if f.column}
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,8 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             else:
                 _clear_measurements(session, run.id)
             spec = p.spec
-            for name in _SPEC_COLUMNS:
-                setattr(run, name, spec[name])
-            for name in _OPTIONAL_SPEC_COLUMNS:
-                setattr(run, name, spec.get(name))
+            for name, default in _COLUMN_DEFAULTS.items():
+                setattr(run, name, spec.get(name, default))
             run.world_size = spec["nodes"] * spec["workers_per_node"]
             run.global_batch_size = spec["batch_size"] * run.world_size
             run.spec = spec
@@ -101,7 +99,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.driver, run.heartbeat = driver, now
             run.error = run.job_id = run.hosts = run.versions = None
             run.throughput = run.train_seconds = run.wall_seconds = run.final_top1 = run.final_loss = None
-            run.steps = None
+            run.steps = run.metrics = run.exit_code = run.output_tail = None
             run.started_at = run.finished_at = run.ingested_at = None
             session.flush()
             decisions.append(RunDecision(run.id, p.run_key, True, previous))

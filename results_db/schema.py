@@ -1,7 +1,9 @@
 """ORM models of the results database (SQLAlchemy 2 declarative).
 
-Every sweep axis has its own column on ``runs`` so that figures and comparisons are
-plain SQL over typed columns; the full resolved spec is kept beside them as JSON.
+Every field of a run (``workloads.spec.FIELDS``) has its own column on ``runs``, so
+that figures and comparisons are plain SQL over typed columns; the full resolved spec
+is kept beside them as JSON. Migrations are frozen copies of these shapes;
+``tests/test_axis_registry.py`` checks that a migrated database matches them.
 """
 
 from __future__ import annotations
@@ -9,8 +11,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Optional
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, String, Table, Text,
+                        UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from workloads.spec import FIELDS, RunField
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -30,65 +35,85 @@ class Study(Base):
     runs: Mapped[list["Run"]] = relationship(back_populates="study")
 
 
-class Run(Base):
-    __tablename__ = "runs"
-    __table_args__ = (UniqueConstraint("study_id", "run_key"),
-                      Index("ix_runs_study_algorithm_nodes", "study_id", "algorithm", "nodes"))
+# -- runs: fixed columns, plus one column per field of a run (workloads.spec.FIELDS) -----------
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
-    run_key: Mapped[str] = mapped_column(String(64))
+# Columns the first schema made NOT NULL; every column added since is nullable (old rows).
+_NOT_NULL = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm", "model", "dataset",
+             "epochs", "lr", "seed")
+# String lengths a column has had since it was created; other strings are 255 long.
+_STRING_LENGTHS = {"site": 128, "algorithm": 64, "device": 16, "imbalance_kind": 16, "workload_kind": 16}
+_TEXT = ("dataset_path",)
+
+
+def field_sql_type(f: RunField):
+    if f.type is bool:
+        return Boolean()
+    if f.type is int:
+        return Integer()
+    if f.type is float:
+        return Float()
+    if f.type in (dict, tuple):
+        return JSON()
+    return Text() if f.name in _TEXT else String(_STRING_LENGTHS.get(f.name, 255))
+
+
+def field_columns() -> list[Column]:
+    """The runs columns of the registry's fields, in registry order."""
+    return [Column(f.name, field_sql_type(f), nullable=f.name not in _NOT_NULL) for f in FIELDS if f.column]
+
+
+runs_table = Table(
+    "runs", Base.metadata,
+    Column("id", Integer, primary_key=True),
+    Column("study_id", ForeignKey("studies.id"), nullable=False, index=True),
+    Column("run_key", String(64), nullable=False),
     # pending, running, done, partial (metrics cut off mid-line), failed
-    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    Column("status", String(16), nullable=False, index=True),
+    *field_columns(),
+    Column("world_size", Integer, nullable=False),
+    Column("global_batch_size", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),                     # the whole resolved spec
+    Column("run_dir", Text),
+    Column("job_id", String(64)),
+    Column("git_commit", String(40)),                         # the project's commit at submission
+    Column("git_dirty", Boolean),                             # uncommitted changes at submission
+    Column("environment", JSON),                              # orchestrator-side versions and host
+    Column("config", JSON),                                   # the full resolved job config
+    Column("driver", String(255)),                            # host:pid of the sweep driving it
+    Column("heartbeat", Float),                               # epoch seconds, refreshed while driven
+    Column("hosts", Text),
+    Column("versions", JSON),
+    Column("throughput", Float),
+    Column("train_seconds", Float),
+    Column("wall_seconds", Float),
+    Column("steps", Integer),
+    Column("final_top1", Float),
+    Column("final_loss", Float),
+    Column("metrics", JSON),                                  # a command's other metrics, name -> value
+    Column("exit_code", Integer),                             # a command's exit code
+    Column("output_tail", Text),                              # the last lines of a command's output
+    Column("error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("ingested_at", DateTime(timezone=True)),
+    UniqueConstraint("study_id", "run_key"),
+    Index("ix_runs_study_algorithm_nodes", "study_id", "algorithm", "nodes"),
+)
 
-    site: Mapped[str] = mapped_column(String(128))
-    nodes: Mapped[int] = mapped_column(Integer)
-    workers_per_node: Mapped[int] = mapped_column(Integer)
-    threads_per_node: Mapped[int] = mapped_column(Integer)
-    world_size: Mapped[int] = mapped_column(Integer)
-    batch_size: Mapped[int] = mapped_column(Integer)
-    global_batch_size: Mapped[int] = mapped_column(Integer)
-    algorithm: Mapped[str] = mapped_column(String(64))
-    model: Mapped[str] = mapped_column(String(64))
-    dataset: Mapped[str] = mapped_column(String(64))
-    epochs: Mapped[int] = mapped_column(Integer)
-    lr: Mapped[float] = mapped_column(Float)
-    seed: Mapped[int] = mapped_column(Integer)
-    fusion_threshold_mb: Mapped[Optional[float]] = mapped_column(Float)
-    cycle_time_ms: Mapped[Optional[float]] = mapped_column(Float)
-    timeline: Mapped[Optional[bool]] = mapped_column(Boolean)
-    device: Mapped[Optional[str]] = mapped_column(String(16))
-    sync_every: Mapped[Optional[int]] = mapped_column(Integer)
-    imbalance_kind: Mapped[Optional[str]] = mapped_column(String(16))
-    imbalance_ranks: Mapped[Optional[int]] = mapped_column(Integer)
-    imbalance_delay_ms: Mapped[Optional[float]] = mapped_column(Float)
-    spec: Mapped[dict] = mapped_column(JSON)
 
-    run_dir: Mapped[Optional[str]] = mapped_column(Text)
-    job_id: Mapped[Optional[str]] = mapped_column(String(64))
-    git_commit: Mapped[Optional[str]] = mapped_column(String(40))       # the project's commit at submission
-    git_dirty: Mapped[Optional[bool]] = mapped_column(Boolean)          # uncommitted changes at submission
-    environment: Mapped[Optional[dict]] = mapped_column(JSON)           # orchestrator-side versions and host
-    config: Mapped[Optional[dict]] = mapped_column(JSON)                # the full resolved job config
-    driver: Mapped[Optional[str]] = mapped_column(String(255))          # host:pid of the sweep driving it
-    heartbeat: Mapped[Optional[float]] = mapped_column(Float)           # epoch seconds, refreshed while driven
-    hosts: Mapped[Optional[str]] = mapped_column(Text)
-    versions: Mapped[Optional[dict]] = mapped_column(JSON)
+class Run(Base):
+    """One run of a study (columns: ``runs_table``)."""
 
-    throughput: Mapped[Optional[float]] = mapped_column(Float)
-    train_seconds: Mapped[Optional[float]] = mapped_column(Float)
-    wall_seconds: Mapped[Optional[float]] = mapped_column(Float)
-    steps: Mapped[Optional[int]] = mapped_column(Integer)
-    final_top1: Mapped[Optional[float]] = mapped_column(Float)
-    final_loss: Mapped[Optional[float]] = mapped_column(Float)
-    error: Mapped[Optional[str]] = mapped_column(Text)
-
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
-    ingested_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    __table__ = runs_table
+    __mapper_args__ = {"eager_defaults": False}
 
     study: Mapped[Study] = relationship(back_populates="runs")
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("status", "pending")
+        kwargs.setdefault("created_at", utcnow())
+        super().__init__(**kwargs)
 
 
 class Step(Base):
@@ -109,6 +134,7 @@ class Step(Base):
     update: Mapped[float] = mapped_column(Float)
     delay: Mapped[Optional[float]] = mapped_column(Float)   # injected load imbalance (sleep) in this step
     loss: Mapped[Optional[float]] = mapped_column(Float)
+    seconds: Mapped[Optional[float]] = mapped_column(Float)  # the whole step, when reported (else: the phases' sum)
 
 
 class Event(Base):
@@ -173,9 +199,9 @@ class Eval(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
     epoch: Mapped[int] = mapped_column(Integer)
     wall: Mapped[float] = mapped_column(Float)
-    top1: Mapped[float] = mapped_column(Float)
-    loss: Mapped[float] = mapped_column(Float)
-    samples_seen: Mapped[int] = mapped_column(Integer)
+    top1: Mapped[Optional[float]] = mapped_column(Float)
+    loss: Mapped[Optional[float]] = mapped_column(Float)
+    samples_seen: Mapped[Optional[int]] = mapped_column(Integer)
 
 
 class RankSummary(Base):

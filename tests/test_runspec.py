@@ -68,12 +68,12 @@ def test_config_error_survives_pickling():
 
 
 def test_datasets_that_read_files_need_a_path():
-    with pytest.raises(ConfigError, match="dataset.path=None: dataset cifar10 reads local files"):
-        build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": None}})
-    spec = build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": "/data/c10"}})
+    with pytest.raises(ConfigError, match="dataset_path=None: dataset cifar10 reads local files"):
+        build_run_spec({**BASE, "dataset": "cifar10"})
+    spec = build_run_spec({**BASE, "dataset": "cifar10", "dataset_path": "/data/c10"})
     assert spec.dataset == "cifar10" and spec.dataset_path == "/data/c10"
     # where the data lies is not part of the run's identity
-    assert run_key(spec) == run_key(build_run_spec({**BASE, "dataset": {"name": "cifar10", "path": "/other"}}))
+    assert run_key(spec) == run_key(build_run_spec({**BASE, "dataset": "cifar10", "dataset_path": "/other"}))
 
 
 @pytest.mark.parametrize("imbalance, field, words", [

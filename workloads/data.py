@@ -103,7 +103,7 @@ def cifar10(path: str | None) -> Dataset:
     from pathlib import Path
 
     if not path:
-        raise ValueError("dataset=cifar10 needs dataset.path, the folder with data_batch_* and test_batch")
+        raise ValueError("dataset=cifar10 needs dataset_path, the folder with data_batch_* and test_batch")
     root = Path(path)
 
     def read(files):
@@ -117,7 +117,7 @@ def cifar10(path: str | None) -> Dataset:
 
     train_files = sorted(root.glob("data_batch_*"))
     if not train_files or not (root / "test_batch").is_file():
-        raise ValueError(f"dataset.path={path!r}: expected CIFAR-10 python batches (data_batch_1.., test_batch)")
+        raise ValueError(f"dataset_path={path!r}: expected CIFAR-10 python batches (data_batch_1.., test_batch)")
     x_train, y_train = read(train_files)
     x_test, y_test = read([root / "test_batch"])
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
@@ -136,7 +136,7 @@ def image_folder(path: str | None, size: int = 32) -> Dataset:
     from PIL import Image
 
     if not path:
-        raise ValueError("dataset=imagefolder needs dataset.path, a folder with one sub-folder per class")
+        raise ValueError("dataset=imagefolder needs dataset_path, a folder with one sub-folder per class")
     root = Path(path)
 
     def read(folder: Path, classes: list[str]):
@@ -148,7 +148,7 @@ def image_folder(path: str | None, size: int = 32) -> Dataset:
                         xs.append(np.asarray(im.convert("RGB").resize((size, size)), dtype=np.float32) / 255.0)
                     ys.append(label)
         if not xs:
-            raise ValueError(f"dataset.path={str(folder)!r}: no images in its class folders")
+            raise ValueError(f"dataset_path={str(folder)!r}: no images in its class folders")
         return np.stack(xs).transpose(0, 3, 1, 2).copy(), np.asarray(ys, dtype=np.int64)
 
     if (root / "train").is_dir() and (root / "test").is_dir():
@@ -157,10 +157,10 @@ def image_folder(path: str | None, size: int = 32) -> Dataset:
         return Dataset("imagefolder", torch.from_numpy(x_train), torch.from_numpy(y_train),
                        torch.from_numpy(x_test), torch.from_numpy(y_test), len(classes), "image")
     if not root.is_dir():
-        raise ValueError(f"dataset.path={path!r}: no such folder")
+        raise ValueError(f"dataset_path={path!r}: no such folder")
     classes = sorted(d.name for d in root.iterdir() if d.is_dir())
     if not classes:
-        raise ValueError(f"dataset.path={path!r}: expected one sub-folder per class")
+        raise ValueError(f"dataset_path={path!r}: expected one sub-folder per class")
     x, y = read(root, classes)
     return _split("imagefolder", "image", x, y, len(classes))
 
@@ -175,16 +175,42 @@ _LOADERS = {
 }
 
 
-def load_dataset(name: str, path: str | None = None, variable_length: bool = False) -> Dataset:
-    try:
-        loader = _LOADERS[name]
-    except KeyError:
-        raise ValueError(f"dataset={name!r} is unknown; known: {', '.join(sorted(_LOADERS))}") from None
+def load_dataset(name: str, path: str | None = None, variable_length: bool = False,
+                 params: dict | None = None, seed: int = 0) -> Dataset:
+    """A built-in data set by name, or the user's factory (see ``from_factory``)."""
+    if name not in _LOADERS:
+        return from_factory(name, path, params, seed)
+    loader = _LOADERS[name]
     if variable_length:
         if name != "sequences":
             raise ValueError(f"variable-length samples (imbalance.kind=inherent) need dataset=sequences, not {name!r}")
         return token_sequences(path, variable_length=True)
     return loader(path)
+
+
+def from_factory(name: str, path: str | None, params: dict | None, seed: int) -> Dataset:
+    """The user's data set: a factory (import path or registered short name) that may take
+    ``params``, ``seed`` and ``path`` and returns a ``Dataset``, or a mapping with
+    ``x_train``, ``y_train``, ``x_test``, ``y_test`` (tensors or arrays; labels are class
+    indices, per sample or per token) and optionally ``num_classes`` and ``kind``."""
+    from .registry import call_factory, load_factory
+
+    made = call_factory("dataset", load_factory("dataset", name), {"params": dict(params or {}), "seed": seed,
+                                                                  "path": path})
+    if isinstance(made, Dataset):
+        return made
+    if not isinstance(made, dict):
+        raise TypeError(f"dataset factory {name} returned a {type(made).__name__}; expected a workloads.data.Dataset "
+                        "or a dict with x_train, y_train, x_test, y_test")
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in made]
+    if missing:
+        raise ValueError(f"dataset factory {name} returned no {', '.join(missing)}")
+    tensors = {k: torch.as_tensor(made[k]) for k in ("x_train", "y_train", "x_test", "y_test")}
+    for k in ("y_train", "y_test"):
+        tensors[k] = tensors[k].long()
+    num_classes = int(made.get("num_classes") or int(max(tensors["y_train"].max(), tensors["y_test"].max())) + 1)
+    return Dataset(name, tensors["x_train"], tensors["y_train"], tensors["x_test"], tensors["y_test"], num_classes,
+                   str(made.get("kind", "custom")))
 
 
 @dataclass(frozen=True)

@@ -143,13 +143,21 @@ _BUILDERS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int) -> nn.Module:
-    try:
-        builder = _BUILDERS[name]
-    except KeyError:
-        raise ValueError(f"model={name!r} is unknown; known: {', '.join(sorted(_BUILDERS))}") from None
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int,
+                params: dict | None = None) -> nn.Module:
+    """A built-in model by name, or the user's factory (an import path or a registered
+    short name; see ``workloads.registry``), seeded the same way on every rank."""
     torch.manual_seed(seed)
-    return builder(input_shape, num_classes)
+    if name in _BUILDERS:
+        return _BUILDERS[name](input_shape, num_classes)
+    from .registry import call_factory, load_factory
+
+    factory = load_factory("model", name)
+    model = call_factory("model", factory, {"input_shape": tuple(input_shape), "num_classes": num_classes,
+                                            "params": dict(params or {}), "seed": seed})
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model factory {name} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
 
 
 def resnet50_gradient_shapes() -> list[tuple[int, ...]]:

@@ -1,8 +1,23 @@
-"""Names the workload implements, importable without torch.
+"""Names the workload implements, and how a user's own model or data set is found.
 
-The orchestrator validates configs against these before anything is submitted; it
-must stay cheap to import, so the implementations are looked up lazily elsewhere.
+Importable without torch: the orchestrator validates configs against these before
+anything is submitted, so the built-in implementations are looked up lazily elsewhere.
+
+A ``model`` or ``dataset`` that is not a built-in name is the user's: either an import
+path ``package.module:callable``, or a short name an installed package registers in
+the entry-point group ``scalestudy.models`` / ``scalestudy.datasets``::
+
+    [project.entry-points."scalestudy.models"]
+    tiny_transformer = "mypkg.nets:make_model"
 """
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from importlib import metadata
+from typing import Any, Callable
 
 ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
 # algorithm -> devices it runs on
@@ -12,7 +27,7 @@ DEVICES = ("cpu", "cuda")
 
 # model -> the kind of input it takes
 MODELS = {"small_cnn": "image", "resnet20": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence"}
-# dataset -> (kind of samples, needs dataset.path)
+# dataset -> (kind of samples, needs dataset_path)
 DATASETS = {
     "digits": ("image", False),
     "synthetic_images": ("image", False),
@@ -21,3 +36,72 @@ DATASETS = {
     "nt3_synthetic": ("vector", False),
     "sequences": ("sequence", False),
 }
+ENTRY_POINT_GROUPS = {"model": "scalestudy.models", "dataset": "scalestudy.datasets"}
+IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# what a factory may ask for, by parameter name
+FACTORY_ARGUMENTS = {"model": ("input_shape", "num_classes", "params", "seed"),
+                     "dataset": ("params", "seed", "path")}
+
+
+class FactoryError(ValueError):
+    """A user's model or dataset cannot be found or called."""
+
+
+def is_builtin(kind: str, name: str) -> bool:
+    return name in (MODELS if kind == "model" else DATASETS)
+
+
+def registered(kind: str) -> dict[str, str]:
+    """Short names installed packages register for ``kind``, with their import paths."""
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUPS[kind])
+    except Exception:  # a broken distribution's metadata must not break every sweep
+        return {}
+    return {ep.name: ep.value for ep in eps}
+
+
+def import_path(kind: str, name: str) -> str:
+    """``pkg.mod:callable`` for a user's ``kind`` named ``name`` (an import path or a registered name)."""
+    if IMPORT_PATH_RE.match(name):
+        return name
+    short = registered(kind)
+    if name in short:
+        return short[name]
+    known = sorted((MODELS if kind == "model" else DATASETS)) + sorted(short)
+    raise FactoryError(f"unknown {kind}; known: {', '.join(known)}, or an import path package.module:callable")
+
+
+def load_factory(kind: str, name: str) -> Callable[..., Any]:
+    """Import the user's factory; errors say what to fix in one line."""
+    path = import_path(kind, name)
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module itself raising
+        raise FactoryError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc} "
+                           "(is the package installed, or on PYTHONPATH, here and on the compute nodes?)") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise FactoryError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise FactoryError(f"{path} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def call_factory(kind: str, factory: Callable[..., Any], available: dict[str, Any]) -> Any:
+    """Call ``factory`` with the arguments it names among ``FACTORY_ARGUMENTS[kind]``
+    (all of them if it takes ``**kwargs``)."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return factory(**available)
+    params = sig.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return factory(**available)
+    unknown = [n for n, p in params.items() if n not in available and p.default is inspect.Parameter.empty
+               and p.kind not in (inspect.Parameter.VAR_POSITIONAL,)]
+    if unknown:
+        raise FactoryError(f"{kind} factory {getattr(factory, '__qualname__', factory)} asks for {', '.join(unknown)}; "
+                           f"a {kind} factory may take {', '.join(FACTORY_ARGUMENTS[kind])}")
+    return factory(**{n: available[n] for n in params if n in available})

@@ -1,8 +1,16 @@
-"""The run spec: the single document a workload is started with.
+"""The run spec: the single document a workload is started with, and the registry of a run's fields.
 
-The orchestrator builds and validates it from Hydra's config; the workload only
-reads it. It is frozen and JSON-serialisable so that the same bytes describe the
-run on the login node, in the batch job and in the results database.
+Every field of a run is declared here once, as a field of ``RunSpec`` with its
+default and its ``axis`` metadata: where it sits in the Hydra config, whether it is
+part of the run's identity (``run_key``), whether two runs that differ in it are
+different configurations (``compare``, figures), its label, its help text. The
+Hydra schema, ``run_key``, the ``runs`` table's columns, ``query``, ``compare``, the
+figures and the tables all derive from ``FIELDS`` (``tests/test_axis_registry.py``
+fails when one of them does not).
+
+The orchestrator builds and validates the spec from Hydra's config; the workload only
+reads it. It is frozen and JSON-serialisable so that the same bytes describe the run
+on the login node, in the batch job and in the results database.
 """
 
 from __future__ import annotations
@@ -16,34 +24,81 @@ from typing import Any, Optional
 SPEC_SCHEMA = 1
 
 
+def axis(default: Any = dataclasses.MISSING, *, help: str, label: str | None = None, config: str | None = "",
+         identity: bool = True, grouping: bool | None = None, hashed_when_default: bool = True,
+         column: bool = True, summary: bool = False, config_default: Any = dataclasses.MISSING,
+         factory: Any = None) -> Any:
+    """A ``RunSpec`` field with its registry entry (see ``RunField``)."""
+    meta = {"help": help, "label": label, "config": config, "identity": identity,
+            "grouping": identity if grouping is None else grouping, "hashed_when_default": hashed_when_default,
+            "column": column, "summary": summary, "config_default": config_default}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"scalestudy": meta})
+    return dataclasses.field(default=default, metadata={"scalestudy": meta})
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    study: str
-    site: str
-    nodes: int
-    workers_per_node: int
-    threads_per_node: int
-    batch_size: int
-    algorithm: str = "sync"
-    model: str = "small_cnn"
-    dataset: str = "digits"
-    dataset_path: Optional[str] = None
-    epochs: int = 1
-    steps_per_epoch: Optional[int] = None
-    lr: float = 0.1
-    momentum: float = 0.9
-    seed: int = 0
-    fusion_threshold_mb: float = 64.0
-    cycle_time_ms: float = 5.0
-    timeline: bool = False
-    device: str = "cpu"
-    sync_every: int = 10
-    imbalance_kind: str = "none"
-    imbalance_ranks: int = 1
-    imbalance_delay_ms: float = 0.0
-    imbalance_rank: int = -1
-    imbalance_sigma: float = 1.0
-    schema: int = SPEC_SCHEMA
+    # -- identity of the study and where it runs ------------------------------------------
+    study: str = axis("", config="study_name", identity=False, column=False,
+                      help="the study this run belongs to (set by the study preset, or study_name=NAME)")
+    site: str = axis("local", help="a file in site_configs/ (or a path to one)")
+    # -- the scaling axes -------------------------------------------------------------------
+    nodes: int = axis(1, summary=True, help="nodes in the allocation")
+    workers_per_node: int = axis(1, label="workers per node", summary=True,
+                                 help="MPI ranks per node; total ranks = nodes x workers_per_node")
+    threads_per_node: int = axis(1, label="threads per node", summary=True, config_default="${workers_per_node}",
+                                 help="CPU threads shared by a node's workers, each gets threads_per_node / "
+                                      "workers_per_node (default: one per worker)")
+    batch_size: int = axis(32, label="batch size per worker", summary=True,
+                           help="per worker; the global batch is batch_size x total ranks")
+    # -- what trains -------------------------------------------------------------------------
+    algorithm: str = axis("sync", summary=True,
+                          help="sync, ddp, horovod, eager_solo, eager_majority, async_ps")
+    model: str = axis("small_cnn", summary=True,
+                      help="small_cnn, resnet20, resnet50, nt3, lstm, an installed short name, or pkg.module:factory")
+    dataset: str = axis("digits", help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
+                                       "an installed short name, or pkg.module:factory")
+    dataset_path: Optional[str] = axis(None, label="dataset path", identity=False,
+                                       help="local folder for cifar10 / imagefolder (not part of the run's identity)")
+    epochs: int = axis(3, help="training epochs")
+    steps_per_epoch: Optional[int] = axis(None, label="steps per epoch",
+                                          help="cap on steps per epoch (null: the whole training set)")
+    lr: float = axis(0.1, label="learning rate", help="SGD learning rate")
+    momentum: float = axis(0.9, help="SGD momentum")
+    seed: int = axis(0, grouping=False, summary=True, help="random seed (runs that differ only in seed are repeats)")
+    repeat: int = axis(0, grouping=False, hashed_when_default=False,
+                       help="repeat index: runs that differ only in it are repeats of one configuration")
+    # -- communication ----------------------------------------------------------------------
+    fusion_threshold_mb: float = axis(64.0, label="fusion threshold (MB)",
+                                      help="fuse ready gradients into buffers up to this size; 0: one allreduce per tensor")
+    cycle_time_ms: float = axis(5.0, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
+    timeline: bool = axis(False, help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
+    device: str = axis("cpu", help="cpu, or cuda (ddp only)")
+    sync_every: int = axis(10, label="synchronous round every",
+                           help="eager_*: a synchronous round and model averaging every this many steps (0: only the last)")
+    # -- load imbalance ----------------------------------------------------------------------
+    imbalance_kind: str = axis("none", label="imbalance", config="imbalance.kind",
+                               help="none, injected, fixed, exponential, lognormal, inherent")
+    imbalance_ranks: int = axis(1, label="delayed ranks per step", config="imbalance.ranks",
+                                help="injected: ranks picked per step by an RNG shared by all ranks")
+    imbalance_delay_ms: float = axis(0.0, label="injected delay (ms)", config="imbalance.delay_ms",
+                                     help="injected/fixed: the sleep; exponential/lognormal: its mean")
+    imbalance_rank: int = axis(-1, label="slow rank", config="imbalance.rank", help="fixed: the slow rank (-1: the last)")
+    imbalance_sigma: float = axis(1.0, label="imbalance sigma", config="imbalance.sigma", help="lognormal: shape")
+    # -- the user's own workload ------------------------------------------------------------
+    workload_kind: str = axis("builtin", label="workload", config="workload.kind", hashed_when_default=False,
+                              help="builtin (our training loop; model/dataset may be the user's), or command")
+    command: tuple = axis(config=None, hashed_when_default=False, factory=tuple,
+                          help="the program a command workload runs on every rank (argument list)")
+    params: dict = axis(config="params", hashed_when_default=False, factory=dict,
+                        help="free parameters (+params.NAME=VALUE): part of the run's identity, passed to factories")
+    metric_patterns: dict = axis(config=None, identity=False, column=False, factory=dict,
+                                 help="command workloads: metric name -> {pattern, reduce, ranks, required}")
+    run_timeout: Optional[float] = axis(None, label="run time limit (s)", identity=False, column=False,
+                                        help="seconds before a run's MPI job is killed (null: the site's walltime "
+                                             "less a margin)")
+    schema: int = axis(SPEC_SCHEMA, config=None, identity=False, column=False, help="spec format version")
 
     @property
     def world_size(self) -> int:
@@ -58,7 +113,9 @@ class RunSpec:
         return self.batch_size * self.world_size
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["command"] = list(self.command)
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -72,6 +129,9 @@ class RunSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"spec has unknown fields: {', '.join(unknown)}")
+        data = dict(data)
+        if "command" in data:
+            data["command"] = tuple(data["command"] or ())
         return cls(**data)
 
     @classmethod
@@ -80,3 +140,48 @@ class RunSpec:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
+
+
+@dataclass(frozen=True)
+class RunField:
+    """One field of a run, as every layer sees it."""
+
+    name: str                 # RunSpec attribute; the runs column of the same name; query/compare name
+    type: type                # int, float, str, bool, dict or tuple
+    optional: bool            # None is a valid value
+    default: Any
+    help: str
+    label: str                # in tables and figures: words, no abbreviations
+    config: str | None        # its key in the Hydra config ("imbalance.kind"); None: not set from the config
+    identity: bool            # hashed into run_key
+    grouping: bool            # runs differing in it are different configurations (identity minus seed, repeat)
+    hashed_when_default: bool  # False for fields added after run_key v1: keys of older runs stay the same
+    column: bool              # has a column in the runs table
+    summary: bool             # shown in the default query / status tables
+    config_default: Any       # the config's default when it differs from the spec's (an interpolation)
+
+
+def _fields() -> tuple[RunField, ...]:
+    hints = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "tuple": tuple}
+    out = []
+    for f in dataclasses.fields(RunSpec):
+        meta = f.metadata["scalestudy"]
+        annotation = str(f.type)
+        optional = annotation.startswith("Optional[")
+        base = annotation.removeprefix("Optional[").removesuffix("]") if optional else annotation
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        config = f.name if meta["config"] == "" else meta["config"]
+        out.append(RunField(name=f.name, type=hints[base], optional=optional, default=default, help=meta["help"],
+                            label=meta["label"] or f.name.replace("_", " "), config=config,
+                            identity=meta["identity"], grouping=meta["grouping"],
+                            hashed_when_default=meta["hashed_when_default"], column=meta["column"],
+                            summary=meta["summary"], config_default=meta["config_default"]))
+    return tuple(out)
+
+
+FIELDS: tuple[RunField, ...] = _fields()
+FIELD = {f.name: f for f in FIELDS}
+IDENTITY_FIELDS = tuple(f.name for f in FIELDS if f.identity)
+# two runs are repeats of one configuration when they agree on all of these
+CONFIG_FIELDS = tuple(f.name for f in FIELDS if f.grouping)
+COLUMN_FIELDS = tuple(f.name for f in FIELDS if f.column)

@@ -19,9 +19,9 @@ from typing import Any
 import mpi4py
 import numpy as np
 import torch
-import torch.nn.functional as F
 from mpi4py import MPI
 
+from . import objective
 from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
@@ -77,15 +77,13 @@ def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm, device: torc
     part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
     x_all, y_all = data.x_test[part], data.y_test[part]
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum, count = 0, 0.0, 0
     with torch.no_grad():
         for lo in range(0, len(x_all), batch):
-            x, y = x_all[lo:lo + batch].to(device), y_all[lo:lo + batch].to(device)
-            logits = model(x)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == y).sum().item()
+            c, s, n = objective.scores(model(x_all[lo:lo + batch].to(device)), y_all[lo:lo + batch].to(device))
+            correct, loss_sum, count = correct + c, loss_sum + s, count + n
     model.train()
-    totals = np.array([correct, loss_sum, len(x_all)], dtype=np.float64)
+    totals = np.array([correct, loss_sum, count], dtype=np.float64)
     comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
@@ -136,8 +134,9 @@ def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
     device = _to_device(spec, comm)
-    data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent")
-    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed).to(device)
+    data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent",
+                        params=spec.params, seed=spec.seed)
+    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params).to(device)
     delays = delay_injector(spec, size)
     if spec.algorithm == "async_ps":
         from .algorithms.async_ps import train_async_ps
@@ -168,7 +167,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
                 t1 = time.perf_counter()
                 engine.zero_grad()
-                loss = F.cross_entropy(engine.module(x), y)
+                loss = objective.loss(engine.module(x), y)
                 t2 = time.perf_counter()
                 delay = delays.seconds(step, rank)
                 if delay:

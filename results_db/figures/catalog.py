@@ -57,8 +57,9 @@ class FigureResult:
 
 
 def _scaling_figure(axis: str) -> FigureSpec:
+    name = f"throughput_vs_param_{axis.split('.', 1)[1]}" if axis.startswith("params.") else f"throughput_vs_{axis}"
     return FigureSpec(
-        name=f"throughput_vs_{axis}", title=f"Training throughput against {axis.replace('_', ' ')}",
+        name=name, title=f"Training throughput against {data.label_of(axis)}",
         needs=f"{axis} swept at two values or more, not only in step with another axis",
         build=lambda ctx: data.throughput_vs(ctx.runs, axis) if axis in ctx.runs.varying else pd.DataFrame(),
         paint=lambda frame, fig: draw.throughput_vs(frame, fig, axis))
@@ -114,21 +115,38 @@ def select_specs(only: Sequence[str] | None) -> list[FigureSpec]:
     return [spec for spec in CATALOG if spec.name in only]
 
 
-def check_choices(formats: Sequence[str], only: Sequence[str] | None) -> None:
+def check_choices(formats: Sequence[str], only: Sequence[str] | None, allow_dynamic: bool = True) -> None:
     """Refuse an unknown format or figure name before anything is read or written."""
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise data.FigureDataError(f"format {(bad or [''])[0]!r}: choose from {', '.join(FORMATS)}")
-    select_specs(only)
+    select_specs([n for n in (only or []) if not (allow_dynamic and n.startswith(DYNAMIC_PREFIXES))] or None)
+
+
+DYNAMIC_PREFIXES = ("throughput_vs_param_", "metric_")
+
+
+def dynamic_specs(ctx: FigureContext) -> list[FigureSpec]:
+    """Figures the study's own data calls for: throughput against each swept free
+    parameter, and each metric a command workload reported, per configuration."""
+    specs = [_scaling_figure(axis) for axis in ctx.runs.varying if axis.startswith("params.")]
+    for column in sorted(c for c in ctx.runs.runs.columns if c.startswith("metrics.")):
+        name = column.split(".", 1)[1]
+        specs.append(FigureSpec(
+            name=f"metric_{name}", title=f"{name} per configuration (mean ± std over repeats)",
+            needs=f"runs that reported the metric {name}",
+            build=lambda ctx, column=column: data.metric_by_config(ctx.runs, column),
+            paint=lambda frame, fig, name=name: draw.metric_bars(frame, fig, name), size=(7.5, 4.2)))
+    return specs
 
 
 def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[str] = ("png",),
                  only: Sequence[str] | None = None, where=None, run_id: int | None = None,
                  on_result: Callable[[FigureResult], None] | None = None, source: str = "") -> list[FigureResult]:
     """Draw every figure the study's data allows into ``out_dir``; returns what was written or skipped."""
-    check_choices(formats, only)
-    specs = select_specs(only)
+    check_choices(formats, only, allow_dynamic=True)
     ctx = FigureContext(engine, data.load_study(engine, study, where), run_id)
+    specs = [s for s in [*CATALOG, *dynamic_specs(ctx)] if not only or s.name in only]
     if run_id is not None and any(spec.name == "timeline" for spec in specs):
         ctx.timeline_run()  # a bad --run-id fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)

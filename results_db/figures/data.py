@@ -4,7 +4,7 @@ Each function returns exactly the numbers its figure draws (and ``scalestudy
 figures`` writes them beside the image as CSV), so a figure can be checked, and
 redrawn by other tools, without re-deriving anything. Repeats are runs that differ
 only in ``seed``: they are averaged. A *configuration* is named by the sweep axes
-that actually vary in the study, so labels stay short ("nodes=2, wpn=4").
+that actually vary in the study, so labels stay short ("nodes=2, workers per node=4").
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
+from workloads.spec import FIELD
+
 from .. import compare, query
 from ..schema import Event, Round, Step
 
@@ -22,9 +24,14 @@ from ..schema import Event, Round, Step
 _NAMED_FIRST = ("algorithm", "model", "dataset")
 CONFIG_AXES = (*_NAMED_FIRST, *(a for a in compare.CONFIG_AXES if a not in _NAMED_FIRST))
 SCALING_AXES = ("nodes", "workers_per_node", "threads_per_node", "batch_size")
-SHORT = {"workers_per_node": "wpn", "threads_per_node": "tpn", "batch_size": "batch", "fusion_threshold_mb": "fusion_mb",
-         "cycle_time_ms": "cycle_ms", "imbalance_kind": "imbalance", "imbalance_ranks": "slow_ranks",
-         "imbalance_delay_ms": "delay_ms"}
+
+
+def label_of(axis: str) -> str:
+    """An axis as tables and figures name it: the registry's label, or a parameter's own name."""
+    if axis in FIELD:
+        return FIELD[axis].label
+    head, _, key = axis.partition(".")
+    return key if head in ("params", "metrics") and key else axis
 STEP_PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
 TIMELINE_LANES = ("forward", "delay", "backward", "wait", "update")
 
@@ -43,7 +50,7 @@ class StudyRuns:
 
     def label(self, row, axes: Sequence[str] | None = None) -> str:
         axes = self.varying if axes is None else axes
-        parts = [f"{SHORT.get(a, a)}={_fmt(row[a])}" for a in axes]
+        parts = [f"{label_of(a)}={_fmt(row[a])}" for a in axes]
         return ", ".join(parts) or "all runs"
 
     @property
@@ -78,7 +85,9 @@ def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
         states = matching["status"].value_counts().to_dict()
         scope = f" matching {', '.join(_as_list(where))}" if where else ""
         raise FigureDataError(f"study {study!r} has no finished runs{scope} to draw (runs by state: {states or 'none'})")
-    varying = [a for a in CONFIG_AXES if runs[a].nunique(dropna=False) > 1]
+    runs = compare.hashable(runs)
+    axes = [*CONFIG_AXES[:len(_NAMED_FIRST)], *(a for a in compare.config_axes(runs) if a not in _NAMED_FIRST)]
+    varying = [a for a in axes if runs[a].nunique(dropna=False) > 1]
     return StudyRuns(study, runs, independent_axes(runs, varying))
 
 
@@ -243,3 +252,16 @@ def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     out["rounds"] = pooled["rounds"].astype(int)
     out["latency_ms"] = pooled["latency"] / pooled["rounds"] * 1e3
     return out.reset_index()
+
+
+def metric_by_config(sr: StudyRuns, column: str) -> pd.DataFrame:
+    """One reported metric, mean ± std over repeats, per configuration."""
+    frame = sr.with_config()
+    frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame = frame.dropna(subset=[column])
+    if frame.empty:
+        return pd.DataFrame()
+    stats = (frame.groupby("config", sort=False)[column]
+             .agg(value_mean="mean", value_std="std", repeats="count").reset_index())
+    stats["value_std"] = stats["value_std"].fillna(0.0)
+    return stats

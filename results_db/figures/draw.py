@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .data import SHORT, STEP_PHASES, TIMELINE_LANES  # noqa: E402
+from .data import STEP_PHASES, TIMELINE_LANES, label_of  # noqa: E402
 
 PHASE_COLOURS = {"data": "#bbbbbb", "forward": "#4c72b0", "delay": "#c44e52", "backward": "#55a868",
                  "comm_wait": "#dd8452", "wait": "#dd8452", "update": "#8172b3", "allreduce": "#937860",
@@ -40,7 +40,7 @@ def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     if len(values) > 2 and values[0] > 0 and values[-1] / values[0] >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks(values, [str(v) for v in values])
-    ax.set_xlabel(SHORT.get(axis, axis).replace("_", " ") if axis != "nodes" else "nodes")
+    ax.set_xlabel(label_of(axis))
     ax.set_ylabel("samples / s")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -150,3 +150,12 @@ def _config_ticks(ax, labels, start: int = 0) -> None:
     rotate = max((len(s) for s in labels), default=0) * len(labels) > 60
     ax.set_xticks(np.arange(start, start + len(labels)), labels, rotation=30 if rotate else 0,
                   ha="right" if rotate else "center", fontsize="small")
+
+
+def metric_bars(frame: pd.DataFrame, fig: Figure, name: str) -> None:
+    ax = fig.subplots()
+    x = np.arange(len(frame))
+    ax.bar(x, frame["value_mean"], yerr=frame["value_std"], capsize=3, color="#4c72b0")
+    _config_ticks(ax, frame["config"])
+    ax.set_ylabel(name)
+    ax.grid(alpha=0.3, axis="y")

@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from mpi4py import MPI
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
@@ -22,6 +21,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from ..clock import AlignedClock
 from ..data import Dataset, GlobalBatchSampler
 from ..imbalance import DelayInjector
+from .. import objective
 from ..metrics import MetricsWriter
 from ..spec import RunSpec
 
@@ -31,15 +31,13 @@ SERVER = 0
 
 def _evaluate_here(model: nn.Module, data: Dataset, batch: int = 512) -> tuple[float, float]:
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum, count = 0, 0.0, 0
     with torch.no_grad():
         for lo in range(0, len(data.x_test), batch):
-            x, y = data.x_test[lo:lo + batch], data.y_test[lo:lo + batch]
-            logits = model(x)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == y).sum().item()
+            c, s, n = objective.scores(model(data.x_test[lo:lo + batch]), data.y_test[lo:lo + batch])
+            correct, loss_sum, count = correct + c, loss_sum + s, count + n
     model.train()
-    return correct / len(data.x_test), loss_sum / len(data.x_test)
+    return correct / count, loss_sum / count
 
 
 def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
@@ -100,7 +98,7 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
                 t1 = time.perf_counter()
                 for p in params:
                     p.grad = None
-                loss = F.cross_entropy(model(x), y)
+                loss = objective.loss(model(x), y)
                 t2 = time.perf_counter()
                 d = delays.seconds(step, rank)
                 if d:

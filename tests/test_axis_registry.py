@@ -1,0 +1,143 @@
+"""One registry of a run's fields: every layer derives from it, and a migrated database agrees.
+
+Fails when someone adds a field to one place and not the others — the drift that once
+made ``compare`` average runs that differed only in momentum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from orchestrator import config_schema
+from orchestrator.report import SUMMARY_COLUMNS, SWEEP_COLUMNS
+from orchestrator.runspec import build_run_spec, run_key
+from results_db import compare, connect, query
+from results_db.figures import render_study
+from results_db.runs import PlannedRun, register_runs
+from results_db.schema import Base, Run, runs_table
+from workloads.spec import CONFIG_FIELDS, FIELDS, IDENTITY_FIELDS, RunSpec
+
+from conftest import scalestudy
+
+
+def test_every_layer_derives_from_the_registry():
+    names = [f.name for f in FIELDS]
+    assert names == [f.name for f in dataclasses.fields(RunSpec)]
+    columns = {c.name for c in runs_table.columns}
+    for f in FIELDS:
+        assert (f.name in columns) == f.column, f.name
+        if f.column:
+            assert f.name in query.RUN_COLUMNS, f.name
+    assert set(compare.CONFIG_AXES) == set(IDENTITY_FIELDS) - {"seed", "repeat"} == set(CONFIG_FIELDS)
+    for table in (SUMMARY_COLUMNS, SWEEP_COLUMNS):
+        assert "seed" in table and all(c in query.RUN_COLUMNS for c in table)
+    # the Hydra schema holds exactly the registry's config keys, the workload keys and the sweep settings
+    expected = {f.config for f in FIELDS if f.config} | {f"workload.{k}" for k in config_schema.WORKLOAD_KEYS} \
+        | set(config_schema.SETTINGS)
+    assert set(config_schema.config_keys()) == expected
+
+
+def test_defaults_live_in_one_place():
+    """The Hydra schema's defaults are the spec's (threads_per_node follows workers_per_node; the study is required)."""
+    schema = config_schema.SweepConfig()
+    for f in FIELDS:
+        if not f.config:
+            continue
+        head, _, rest = f.config.partition(".")
+        value = getattr(getattr(schema, head), rest) if rest else getattr(schema, head)
+        if f.name == "study":
+            assert value == "???"
+        elif f.name == "threads_per_node":
+            assert value == "${workers_per_node}"
+        else:
+            assert value == (list(f.default) if isinstance(f.default, tuple) else f.default), f.name
+    # a spec built from the schema's defaults alone equals RunSpec's defaults
+    built = build_run_spec({"study_name": "d"})
+    assert dataclasses.replace(built, study="") == RunSpec()
+
+
+def _v1_run_key(spec: RunSpec) -> str:
+    """run_key as the first release computed it (its own field list, written out here)."""
+    fields = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm", "model", "dataset",
+              "epochs", "steps_per_epoch", "lr", "momentum", "seed", "fusion_threshold_mb", "cycle_time_ms",
+              "timeline", "device", "sync_every", "imbalance_kind", "imbalance_ranks", "imbalance_delay_ms",
+              "imbalance_rank", "imbalance_sigma")
+    blob = json.dumps({f: getattr(spec, f) for f in fields}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def test_run_keys_of_older_runs_do_not_change_and_new_fields_count_when_set():
+    base = {"study_name": "k", "nodes": 2, "workers_per_node": 2, "batch_size": 16, "momentum": 0.5}
+    spec = build_run_spec(base)
+    assert run_key(spec) == _v1_run_key(spec)
+    keys = {run_key(spec)}
+    for change in ({"params": {"hidden": 128}}, {"repeat": 1}, {"momentum": 0.9}, {"steps_per_epoch": 5},
+                   {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}):
+        keys.add(run_key(build_run_spec({**base, **change})))
+    assert len(keys) == 7
+    # not part of a run's identity: where the data lies, the time limit, the study
+    assert run_key(build_run_spec({**base, "run_timeout": 10.0, "study_name": "other"})) == run_key(spec)
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite", "postgresql"])
+def test_a_migrated_database_matches_the_models(tmp_path, db_kind, request):
+    """Alembic's own comparison of a database migrated from scratch with the ORM's tables."""
+    url = f"sqlite:///{tmp_path / 'm.db'}" if db_kind == "sqlite" else request.getfixturevalue("postgres_url")
+    if db_kind == "postgresql":
+        from conftest import _fresh_postgres
+
+        _fresh_postgres(url)
+    engine = connect(url)
+    with engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diffs == [], diffs
+    engine.dispose()
+
+
+def _runs_differing_in(engine, field_changes: list[dict], throughputs: list[float]) -> None:
+    plans = []
+    for i, change in enumerate(field_changes):
+        spec = dataclasses.replace(RunSpec(study="reg", nodes=1, workers_per_node=2, threads_per_node=2,
+                                           batch_size=16, timeline=False), **change)
+        plans.append(PlannedRun(f"r{i}", spec.to_dict(), "/nowhere"))
+    decisions = register_runs(engine, "reg", plans)
+    with Session(engine) as s, s.begin():
+        for d, thr in zip(decisions, throughputs):
+            s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=thr))
+
+
+@pytest.mark.parametrize("field, values", [("momentum", (0.5, 0.9)), ("params", ({"hidden": 128}, {"hidden": 256}))])
+def test_runs_differing_only_in_one_field_are_two_configurations(db_url, tmp_path, field, values):
+    engine = connect(db_url)
+    # two seeds per value: repeats average, the two values never do
+    changes = [{field: v, "seed": s} for v in values for s in (0, 1)]
+    _runs_differing_in(engine, changes, [100.0, 110.0, 200.0, 220.0])
+    axis = "params.hidden" if field == "params" else field
+    frame = compare.compare(engine, "algorithm=sync", study="reg")
+    assert sorted(frame[f"throughput_mean"]) == [105.0, 210.0] and list(frame["repeats"]) == [2, 2]
+    assert axis in frame.columns
+    grouped = compare.aggregate(engine, [axis], {"throughput": ["mean", "count"]}, study="reg")
+    assert sorted(grouped["throughput_mean"]) == [105.0, 210.0]
+    # every figure that groups configurations keeps them apart
+    results = render_study(engine, "reg", tmp_path / "figs")
+    assert any(r.name == "step_time_breakdown" for r in results)
+    manifest = json.loads((tmp_path / "figs" / "manifest.json").read_text())
+    assert axis in manifest["varying_axes"]
+    if field == "params":
+        drawn = pd.read_csv(tmp_path / "figs" / "throughput_vs_param_hidden.csv")
+        assert sorted(drawn["throughput_mean"]) == [105.0, 210.0]
+    # the where filter reads the field's column, typed
+    value = values[0]["hidden"] if field == "params" else values[0]
+    assert len(query.runs(engine, study="reg", where=f"{axis}={value}")) == 2
+    out = scalestudy("query", "--study", "reg", "--group-by", axis, "--format", "csv", "--db", db_url, cwd=tmp_path)
+    assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 3, out.stderr
+    engine.dispose()

@@ -1,0 +1,232 @@
+"""``$PARSL_MPI_PREFIX python -m workloads.command <spec.json>``: one rank of a user's command.
+
+The site's MPI launcher starts this wrapper once per rank; it starts the user's
+program as that rank and gets out of the way. It gives the program what
+torch.distributed-style scripts expect — ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` — derived from the launcher's
+own variables (MPICH/Hydra, srun, aprun, Cray PALS, Open MPI), so an unmodified
+``init_process_group("gloo")`` script runs. MPI programs (Horovod) run unchanged: the
+wrapper never initialises MPI and passes the launcher's PMI descriptors through.
+
+It copies the program's output to ``<run_dir>/output/rank-<r>.log`` (where metric
+patterns are matched) as well as to its own, records where and how long the rank ran
+in ``metrics/rank-<r>.jsonl``, and exits with the program's exit code. Needs neither
+torch nor MPI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import report
+from .spec import RunSpec
+
+OUTPUT_DIR = "output"
+ATTEMPT_ENV, LAUNCH_DIR_ENV = "SCALESTUDY_ATTEMPT", "SCALESTUDY_LAUNCH_DIR"
+RENDEZVOUS_SECONDS = 300.0
+# the rank variable of each launcher: MPICH/Hydra and srun's PMI, srun, Cray PALS, aprun, Open MPI, PMIx
+RANK_VARS = ("PMI_RANK", "SLURM_PROCID", "PALS_RANKID", "ALPS_APP_PE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def output_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / OUTPUT_DIR / f"rank-{rank}.log"
+
+
+def _first_int(names: tuple[str, ...], env: dict[str, str]) -> int | None:
+    for name in names:
+        value = env.get(name, "")
+        if value.strip().lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def launcher_ranks(spec: RunSpec, env: dict[str, str]) -> tuple[int, int, int]:
+    """(rank, local rank, ranks per node): the rank from the MPI launcher's environment; the
+    node-local index from the run's layout, since every launcher scalestudy drives places
+    ``workers_per_node`` consecutive ranks on each node (``-ppn``, ``--ntasks-per-node``,
+    ``-N``). The launchers' own local ids would disagree on the local site, where every
+    virtual node is this one host."""
+    rank = _first_int(RANK_VARS, env)
+    if rank is None:
+        if spec.world_size > 1:
+            raise RuntimeError(f"cannot tell this process's rank: none of {', '.join(RANK_VARS)} is set "
+                               "(start the command through an MPI launcher)")
+        rank = 0
+    return rank, rank % spec.workers_per_node, spec.workers_per_node
+
+
+def rendezvous(run_dir: Path, attempt: str, rank: int, timeout: float = RENDEZVOUS_SECONDS) -> tuple[str, int]:
+    """Rank 0 publishes its host and a free port in the run folder (shared by every node);
+    the others wait for it. A new attempt of the run uses a new file."""
+    path = run_dir / f".rendezvous-{attempt}.json"
+    if rank == 0:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"addr": socket.gethostname(), "port": port}))
+        os.replace(tmp, path)
+        return socket.gethostname(), port
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = json.loads(path.read_text())
+            return str(found["addr"]), int(found["port"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+    raise RuntimeError(f"rank {rank}: rank 0 did not publish its address in {path} within {timeout:.0f} s")
+
+
+def resolve_argv(argv: tuple[str, ...], launch_dir: Path) -> list[str]:
+    """Arguments that name existing files relative to where the sweep was launched become
+    absolute paths, since the program runs in its run folder."""
+    out = []
+    for i, arg in enumerate(argv):
+        candidate = launch_dir / arg
+        if (not os.path.isabs(arg) and not arg.startswith("-") and (i > 0 or "/" in arg)
+                and candidate.exists()):
+            out.append(str(candidate))
+        else:
+            out.append(arg)
+    return out
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The program must not outlive this wrapper, even when it is killed with SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m workloads.command <run_dir>/spec.json", file=sys.stderr)
+        return 2
+    spec_path = Path(args[0]).absolute()
+    spec = RunSpec.load(spec_path)
+    run_dir = spec_path.parent
+    env = dict(os.environ)
+    rank, local_rank, local_size = launcher_ranks(spec, env)
+    addr, port = rendezvous(run_dir, env.get(ATTEMPT_ENV, "0"), rank)
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_size), "MASTER_ADDR": addr, "MASTER_PORT": str(port),
+        report.RUN_DIR_ENV: str(run_dir), report.RANK_ENV: str(rank), report.SIZE_ENV: str(spec.world_size),
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS") or str(spec.threads_per_worker),
+    })
+    program = resolve_argv(spec.command, Path(env.get(LAUNCH_DIR_ENV, os.getcwd())))
+    metrics = report.metrics_file(run_dir, rank)
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
+                                                "node": node, "pid": os.getpid(), "t": time.time(),
+                                                "command": program, "local_rank": local_rank})
+    out_path = output_file(run_dir, rank)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        child = subprocess.Popen(program, env=env, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 close_fds=False, preexec_fn=_die_with_parent)
+    except OSError as exc:
+        message = f"workloads: rank {rank}: cannot start {program[0]!r}: {exc.strerror or exc}"
+        out_path.write_text(message + "\n")
+        print(message, file=sys.stderr, flush=True)
+        report.append_record(metrics, "run_end", {"status": "failed", "exit_code": 127, "error": message,
+                                                  "t": time.time()})
+        return 127
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    with open(out_path, "wb") as log:
+        assert child.stdout is not None
+        for line in iter(child.stdout.readline, b""):
+            log.write(line)
+            sys.stdout.buffer.write(line)
+        log.flush()
+    code = child.wait()
+    sys.stdout.flush()
+    report.append_record(metrics, "run_end", {"status": "done" if code == 0 else "failed", "exit_code": code,
+                                              "seconds": time.monotonic() - t0, "t": time.time()})
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+TAIL_LINES, TAIL_CHARS = 30, 4000
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
+
+
+def _exit_codes(run_dir: Path, world_size: int) -> dict[int, int]:
+    """Each rank's program exit code, from the wrapper's run_end records."""
+    codes = {}
+    for rank in range(world_size):
+        try:
+            lines = report.metrics_file(run_dir, rank).read_text().splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("type") == "run_end" and "exit_code" in record:
+                codes[rank] = int(record["exit_code"])
+                break
+    return codes
+
+
+def summarize(spec: RunSpec, run_dir: Path, launcher_exit: int, wall_seconds: float) -> dict:
+    """The run's ``result.json`` once its whole MPI job has ended: exit code, output tail,
+    wall time, and the metrics from patterns and from ``report.result`` (patterns win)."""
+    from .output_metrics import extract
+
+    outputs = {r: output_file(run_dir, r) for r in range(spec.world_size)}
+    codes = _exit_codes(run_dir, spec.world_size)
+    failing = next((r for r in sorted(codes) if codes[r] != 0), None)
+    exit_code = codes[failing] if failing is not None else (launcher_exit if launcher_exit else codes.get(0, 0))
+    reported = {}
+    reported_path = run_dir / report.REPORTED_RESULT
+    if reported_path.is_file():
+        reported = {k: v for k, v in json.loads(reported_path.read_text()).items() if k != "schema"}
+    found, missing = extract(spec.metric_patterns, outputs)
+    values = {**reported, **found}
+    tail_rank = failing if failing is not None else 0
+    tail = _tail(outputs[tail_rank])
+    error = None
+    if exit_code != 0:
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "no output")
+        who = f"rank {failing}" if failing is not None else "the launcher"
+        error = f"{spec.command[0]} exited with {exit_code} ({who}): {last}"[:500]
+    elif missing:
+        pattern = spec.metric_patterns[missing[0]]["pattern"]
+        where = "any rank's" if spec.metric_patterns[missing[0]].get("ranks") == "all" else "rank 0's"
+        error = f"metric {missing[0]!r}: pattern {pattern!r} never matched in {where} output"
+    steps = 0
+    try:
+        steps = sum(1 for line in report.metrics_file(run_dir, 0).read_text().splitlines() if '"type":"step"' in line)
+    except OSError:
+        pass
+    summary = {"status": "failed" if error else "done", "kind": "command", "world_size": spec.world_size,
+               "exit_code": exit_code, "wall_seconds": wall_seconds, "output_tail": tail,
+               "throughput": values.pop("throughput", None), "metrics": values, "steps": steps or None}
+    if error:
+        summary["error"] = error
+    return summary
