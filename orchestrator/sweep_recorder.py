@@ -209,7 +209,9 @@ class SweepRecorder:
         else:
             error = result._return_value
             self.failed.add(job.idx)
-            mark_failed(self.engine, run_id, f"{type(error).__name__}: {error}")
+            timed_out = type(error).__name__ == "RunTimedOut"
+            mark_failed(self.engine, run_id, str(error) if timed_out else f"{type(error).__name__}: {error}",
+                        status="timeout" if timed_out else "failed")
             self.progress.failed(label, str(error), running)
 
     def close(self, results: Sequence[JobReturn]) -> None:

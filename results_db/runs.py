@@ -122,7 +122,8 @@ def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:
                 run.status, run.started_at = "running", utcnow()
 
 
-def mark_failed(engine: Engine, run_id: int, error: str) -> None:
+def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed") -> None:
+    """``status``: ``failed``, or ``timeout`` for a run stopped at its time limit."""
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
-        run.status, run.error, run.finished_at = "failed", error[-4000:], utcnow()
+        run.status, run.error, run.finished_at = status, error[-4000:], utcnow()

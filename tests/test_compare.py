@@ -82,3 +82,22 @@ def test_cli_compare_and_query_formats(engine, db_url, tmp_path):
     assert wrote.returncode == 0 and len(pd.read_parquet(parquet)) == 4
     refused = scalestudy("query", "--format", "parquet", "--db", db_url, cwd=tmp_path)
     assert refused.returncode == 2 and "--out" in refused.stderr
+
+
+def test_cli_refuses_what_it_cannot_answer(engine, db_url, tmp_path):
+    for args, words in ((["--agg", "throughput:mean"], "--agg needs --group-by"),
+                        (["--where", "nodes>=2 or nodes=1"], "'or' is not supported"),
+                        (["--where", "nodes>=two"], "'two' is not an integer"),
+                        (["--group-by", "nodez"], "unknown column 'nodez'"),
+                        (["--group-by", "nodes", "--agg", "algorithm:mean"], "not a numeric column")):
+        out = scalestudy("query", "--study", "cmp", *args, "--db", db_url, cwd=tmp_path)
+        assert out.returncode == 2 and words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_sweep_help_is_ours(tmp_path):
+    out = scalestudy("sweep", "--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for words in ("--rerun", "--dry-run", "--detach", "--config-dir", "local_slurm", "eager_majority", "resnet20",
+                  "horovod_scaling", "params.NAME", "workload.command", "imbalance.delay_ms [0.0]", "momentum [0.9]"):
+        assert words in out.stdout, words
+    assert "Powered by Hydra" not in out.stdout

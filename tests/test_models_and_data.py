@@ -71,7 +71,7 @@ def test_cifar10_from_a_local_copy(tmp_path):
 
 
 def test_cifar10_path_errors_are_clear(tmp_path):
-    with pytest.raises(ValueError, match="needs dataset.path"):
+    with pytest.raises(ValueError, match="needs dataset_path"):
         load_dataset("cifar10", None)
     with pytest.raises(ValueError, match="expected CIFAR-10 python batches"):
         load_dataset("cifar10", str(tmp_path))

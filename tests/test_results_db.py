@@ -114,6 +114,13 @@ def test_query_filters_and_frames(engine, finished_run):
     ("bogus=1", "unknown column 'bogus'"),
     ("nodes=", "cannot read filter"),
     ("nodes=>2", "cannot read filter"),
+    ("nodes>=2 or nodes=1", "'or' is not supported"),       # read as nodes >= '2 or nodes=1' once
+    ("nodes>=two", "filter on nodes: 'two' is not an integer"),  # an empty table, exit 0, once
+    ("lr>=fast", "'fast' is not a number"),
+    ("timeline=maybe", "'maybe' is not true or false"),
+    ("nodez>=2", "did you mean 'nodes'?"),
+    ("params=1", "a JSON column; filter on one of its keys"),
+    ("params.=1", "cannot read filter"),
 ])
 def test_bad_filters_are_refused(engine, where, words):
     with pytest.raises(query.QueryError, match=words):

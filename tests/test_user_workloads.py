@@ -265,3 +265,19 @@ def test_reporting_module_needs_neither_torch_nor_mpi_and_is_silent_outside_a_ru
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_past_its_time_limit_is_stopped_whole(tmp_path):
+    """run_timeout stops the launcher's whole process group: no rank outlives its run."""
+    import time
+
+    marker = f"sleep {int(time.time()) % 1000 + 7000}"   # a command line no other process has
+    t0 = time.monotonic()
+    proc = scalestudy("sweep", "study_name=slow", "nodes=1", "workers_per_node=2", "workload.kind=command",
+                      f"workload.command=[{marker.replace(' ', ',')}]", "run_timeout=3",
+                      f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 60, proc.stderr[-2000:]
+    [run] = _runs(tmp_path / "scalestudy.db")
+    assert run.status == "timeout" and "passed its time limit of 3 s" in run.error
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes outlived the run: {left}"
