@@ -82,8 +82,11 @@ def _sweep(argv: Sequence[str]) -> int:
     from .sweep_recorder import SweepRecorder
 
     SweepRecorder.last_outcome = None
+    from . import phases
+
     try:
-        sweep_job()
+        with phases.phase("hydra_total"):
+            sweep_job()
     except (ScalestudyError, HydraException, OmegaConfBaseException) as exc:
         if full_errors:
             raise
@@ -92,6 +95,7 @@ def _sweep(argv: Sequence[str]) -> int:
             return 2 if isinstance(exc, ConfigError) else 1
         print(f"scalestudy: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    phases.write()
     outcome = SweepRecorder.last_outcome
     if outcome and outcome["failed"]:
         print(f"scalestudy: {outcome['failed']} of {outcome['submitted']} runs failed; their reasons: "

@@ -30,6 +30,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from .phases import phase
+
 log = logging.getLogger(__name__)
 
 SKIPPED = "skipped"
@@ -70,13 +72,21 @@ class SweepObserver(Protocol):
     # (e.g. the binding flags its threads per rank call for).
 
 
-def _run_hydra_job(payload: bytes, parsl_resource_specification: Optional[dict] = None) -> bytes:
+def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional[dict] = None,
+                   local_launch: Optional[tuple[str, dict]] = None) -> bytes | JobReturn:
     """Runs on a Parsl worker: Hydra's ``run_job`` for one job config.
 
     Parsl reads ``parsl_resource_specification`` (the MPI allocation) from the call;
-    the job sees its effect as ``$PARSL_MPI_PREFIX``.
+    the job sees its effect as ``$PARSL_MPI_PREFIX``. On the local site the job runs in
+    one of the driver's threads: ``payload`` is the tuple itself (nothing to pickle) and
+    ``local_launch`` carries the run's prefix and environment.
     """
-    hydra_context, config, task_function, singleton_state = cloudpickle.loads(payload)
+    in_process = isinstance(payload, tuple)
+    hydra_context, config, task_function, singleton_state = payload if in_process else cloudpickle.loads(payload)
+    if local_launch is not None:
+        from .mpi_run import set_thread_launch
+
+        set_thread_launch(*local_launch)
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(config)
@@ -89,7 +99,7 @@ def _run_hydra_job(payload: bytes, parsl_resource_specification: Optional[dict] 
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     finally:
         os.chdir(old_cwd)
-    return cloudpickle.dumps(ret)
+    return ret if in_process else cloudpickle.dumps(ret)
 
 
 def _remove_if_unused(sweep_dir: Path) -> None:
@@ -169,10 +179,7 @@ class ParslLauncher(Launcher):
     # -- launching --------------------------------------------------------------------
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import parsl
-        from parsl.app.python import PythonApp
-
-        from .parsl_config import build_parsl_config, executor_label
+        from .run_pools import open_run_pool
         from .sites import load_site, with_overrides
 
         setup_globals()
@@ -181,10 +188,12 @@ class ParslLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
 
         try:
-            jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
+            with phase("compose_jobs"):
+                jobs = self._plan(job_overrides, initial_job_idx, sweep_dir)
             site = with_overrides(load_site(self.site), **self.site_overrides)
             observer = self._make_observer()
-            submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
+            with phase("validate_and_register"):
+                submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
             for job, go in zip(jobs, submit):
                 if go:
                     self._size(job, site, observer)
@@ -201,15 +210,14 @@ class ParslLauncher(Launcher):
             return [results[j.idx] for j in jobs]
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("Launching %d jobs on site %s through Parsl (%s)", len(to_run), site.name, site.mpi_launcher)
+        log.info("Launching %d jobs on site %s (%s, %s)", len(to_run), site.name, site.provider, site.mpi_launcher)
         for job in to_run:
             log.info("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
                      job.num_nodes, job.ranks_per_node)
 
-        dfk = parsl.load(build_parsl_config(site, sweep_dir / ".parsl", [j.num_nodes for j in to_run]))
+        with phase("pool_start"):
+            pool = open_run_pool(site, _run_hydra_job, sweep_dir / ".parsl", [j.num_nodes for j in to_run])
         try:
-            apps = {n: PythonApp(_run_hydra_job, data_flow_kernel=dfk, executors=[executor_label(site, n)])
-                    for n in {j.num_nodes for j in to_run}}  # local: one executor serves every size
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
             queued = list(to_run)
@@ -221,38 +229,39 @@ class ParslLauncher(Launcher):
             def submit_more() -> None:
                 while queued and len(pending) < cap:
                     job = queued.pop(0)
-                    payload = cloudpickle.dumps((self.hydra_context, job.config, self.task_function, singleton_state))
-                    spec = {"num_nodes": job.num_nodes, "ranks_per_node": job.ranks_per_node}
-                    if job.launcher_options:
-                        spec["launcher_options"] = job.launcher_options
-                    fut = apps[job.num_nodes](payload, parsl_resource_specification=spec)
+                    parts = (self.hydra_context, job.config, self.task_function, singleton_state)
+                    fut = pool.submit(parts, job.num_nodes, job.ranks_per_node, job.launcher_options)
                     futures[fut] = job
                     pending.add(fut)
 
             submit_more()
             while pending:
-                done, still = concurrent.futures.wait(pending, timeout=self.poll_seconds,
-                                                      return_when=concurrent.futures.FIRST_COMPLETED)
+                with phase("runs"):
+                    done, still = concurrent.futures.wait(pending, timeout=self.poll_seconds,
+                                                          return_when=concurrent.futures.FIRST_COMPLETED)
                 pending.intersection_update(still)
                 for fut in done:
                     job = futures[fut]
                     results[job.idx] = self._job_return(job, fut)
                     if observer:
-                        observer.on_job_end(job, results[job.idx])
+                        with phase("ingest"):
+                            observer.on_job_end(job, results[job.idx])
                 submit_more()
                 if observer and pending:
-                    observer.on_poll([futures[f] for f in pending])
+                    with phase("poll"):
+                        observer.on_poll([futures[f] for f in pending])
         except BaseException:
             if observer:
                 observer.close([results[j.idx] for j in jobs if j.idx in results])
                 observer = None
             raise
         finally:
-            dfk.cleanup()
-            parsl.clear()
+            with phase("pool_stop"):
+                pool.close()
         ordered = [results[j.idx] for j in jobs]
         if observer:
-            observer.close(ordered)
+            with phase("report"):
+                observer.close(ordered)
             if getattr(observer, "absorbs_failures", False):
                 ordered = [self._absorbed(r) for r in ordered]
         return ordered
@@ -271,7 +280,8 @@ class ParslLauncher(Launcher):
 
     def _job_return(self, job: SweepJob, fut: concurrent.futures.Future) -> JobReturn:
         try:
-            return cloudpickle.loads(fut.result())
+            value = fut.result()
+            return value if isinstance(value, JobReturn) else cloudpickle.loads(value)
         except Exception as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
             ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
                             task_name=str(OmegaConf.select(job.config, "hydra.job.name")),

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +25,7 @@ from workloads.metrics import write_result
 from workloads.spec import RunSpec
 
 from .errors import RunFailed
+from .phases import phase
 
 SPEC_FILE = "spec.json"
 STARTED_FILE = "command.txt"   # written when the MPI job starts
@@ -37,9 +38,18 @@ class RunTimedOut(RunFailed):
     """The run's MPI job passed its time limit and was stopped."""
 
 
+# A run started from one of the driver's threads (the local site) gets its launch prefix
+# and environment here instead of from the process environment, which threads share.
+_thread_launch = threading.local()
+
+
+def set_thread_launch(prefix: str | None, env: dict[str, str] | None = None) -> None:
+    _thread_launch.prefix, _thread_launch.env = prefix, dict(env or {})
+
+
 def launch_prefix(spec: RunSpec) -> list[str]:
-    """Parsl's prefix for this allocation, or plain ``mpiexec -n N`` outside Parsl."""
-    prefix = os.environ.get("PARSL_MPI_PREFIX")
+    """This run's prefix (Parsl's ``$PARSL_MPI_PREFIX``, sized for it), or plain ``mpiexec -n N``."""
+    prefix = getattr(_thread_launch, "prefix", None) or os.environ.get("PARSL_MPI_PREFIX")
     if prefix:
         return shlex.split(prefix)
     return ["mpiexec", "-n", str(spec.world_size)]
@@ -100,17 +110,21 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     if not spec_path.is_file():  # planned on the login node normally; written here when run without a planner
         spec.save(spec_path)
     cmd = workload_command(spec, spec_path)
-    env = dict(os.environ)
+    env = {**os.environ, **getattr(_thread_launch, "env", {})}
     env["OMP_NUM_THREADS"] = str(spec.threads_per_worker)
     env["SCALESTUDY_ATTEMPT"] = uuid.uuid4().hex[:12]
     env["SCALESTUDY_LAUNCH_DIR"] = os.getcwd()
-    if shutil.which(cmd[0], path=env.get("PATH")) is None:  # e.g. the venv's mpiexec, venv not activated
-        env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{Path(sys.executable).parent}"
+    # the environment's bin/ first, as a batch job's worker_init puts it: its mpiexec, and the
+    # `python` a command names is the one scalestudy runs in (with torch and mpi4py)
+    bin_dir = str(Path(sys.executable).parent)
+    if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     for stale in ("result.json",):
         (run_dir / stale).unlink(missing_ok=True)
     (run_dir / STARTED_FILE).write_text(shlex.join(cmd) + "\n")
     t0 = time.monotonic()
-    code, timed_out = _run_group(cmd, env, run_dir, run_dir / LOG_FILE, spec.run_timeout)
+    with phase("mpi_job"):  # recorded when the run executes in the driver's process (the local site)
+        code, timed_out = _run_group(cmd, env, run_dir, run_dir / LOG_FILE, spec.run_timeout)
     wall = time.monotonic() - t0
     job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
     if timed_out:

@@ -1,13 +1,11 @@
-"""From a ``SiteConfig`` to a Parsl ``Config``: the only place that knows Parsl's classes.
+"""From a ``SiteConfig`` to a Parsl ``Config``: which Parsl executor and provider a site gets.
 
-Every site uses ``MPIExecutor``, so each run gets ``$PARSL_MPI_PREFIX`` sized from
-its own resource specification. A sweep gets one executor per node count it needs
-(blocks of exactly that many nodes, started on demand), so one sweep can mix node
-counts without holding a large allocation for small runs.
+Sites with a scheduler use ``MPIExecutor``, so each run gets ``$PARSL_MPI_PREFIX``
+sized from its own resource specification. A sweep gets one executor per node count
+it needs (blocks of exactly that many nodes, started on demand), so one sweep can mix
+node counts without holding a large allocation for small runs.
 
-On a machine with no scheduler Parsl finds no node list; a nodefile of
-``localhost`` lines exported as ``PBS_NODEFILE`` gives it one, and every virtual
-node is this host.
+The local site (this host, no scheduler) needs no Parsl: see ``run_pools``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from parsl.config import Config
 from parsl.executors import MPIExecutor
 from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 from parsl.launchers import SimpleLauncher
-from parsl.providers import LocalProvider, PBSProProvider, SlurmProvider
+from parsl.providers import PBSProProvider, SlurmProvider
 
 from .providers import CobaltProvider
 from .sites import SiteConfig, walltime_seconds
@@ -81,10 +79,6 @@ def launch_flags(site: SiteConfig, threads_per_rank: int) -> str:
 
 def worker_init(site: SiteConfig, run_dir: Path) -> str:
     lines = []
-    if site.provider == "local":
-        nodefile = run_dir / "nodefile"
-        nodefile.write_text("localhost\n" * site.max_nodes)
-        lines.append(f"export PBS_NODEFILE={shlex.quote(str(nodefile))}")
     lines.append(f"export PATH={shlex.quote(_env_bin_dir())}:\"$PATH\"")
     lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
     lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
@@ -94,8 +88,7 @@ def worker_init(site: SiteConfig, run_dir: Path) -> str:
 def make_provider(site: SiteConfig, nodes: int, init: str):
     directives = list(site.scheduler_options)
     if site.provider == "local":
-        return LocalProvider(nodes_per_block=1, init_blocks=0, min_blocks=0, max_blocks=1,
-                             launcher=SimpleLauncher(), worker_init=init)
+        raise ValueError("the local site runs its MPI jobs from the driver's threads: no provider")
     if site.provider == "slurm":
         # --no-requeue: a job killed with its node fails the task (Parsl retries) instead of hanging in requeue
         options = "\n".join(f"#SBATCH {d}" for d in ["--no-requeue", *directives])
@@ -119,16 +112,17 @@ def make_provider(site: SiteConfig, nodes: int, init: str):
 
 def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[int]) -> Config:
     """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``."""
+    if site.provider == "local":
+        raise ValueError("the local site runs without Parsl (orchestrator.run_pools.LocalRunPool)")
     run_dir.mkdir(parents=True, exist_ok=True)
     _put_env_on_path()
     init = worker_init(site, run_dir)
-    local = site.provider == "local"
     sizes = {executor_label(site, n): n for n in sorted(set(node_counts))}
     executors = [
         MPIExecutor(label=label, provider=make_provider(site, n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
-                    address="127.0.0.1" if local or site.name.startswith("local") else None,
-                    heartbeat_period=5 if local else 15, heartbeat_threshold=120)
+                    address="127.0.0.1" if site.name.startswith("local") else None,
+                    heartbeat_period=15, heartbeat_threshold=120)
         for label, n in sizes.items()
     ]
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
@@ -140,9 +134,11 @@ def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[s
     Runs the real provider's ``submit`` with its command runner swapped for one that
     records the command and answers like the scheduler would.
     """
-    provider = make_provider(site, nodes, worker_init(site, run_dir))
     if site.provider == "local":
-        return "(no batch script: the local site runs the worker pool directly)\n" + provider.worker_init, "-"
+        env = "".join(f"\n  {name}={value}" for name, value in site.env)
+        return "(no batch script: runs start from this process, one after another, on this host)" + \
+            (f"\nenvironment:{env}" if env else ""), "-"
+    provider = make_provider(site, nodes, worker_init(site, run_dir))
     seen: list[str] = []
     replies = {"slurm": "Submitted batch job 0", "pbspro": "0.dry-run", "cobalt": "0"}
 
@@ -161,9 +157,15 @@ def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[s
 
 def preview_launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_options: str) -> str:
     """``$PARSL_MPI_PREFIX`` for a run, composed by Parsl itself on placeholder node names."""
+    return launch_prefix(site, nodes, ranks_per_node, launcher_options, [f"node{i}" for i in range(nodes)])
+
+
+def launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_options: str,
+                  hosts: list[str]) -> str:
     spec = {"num_nodes": nodes, "ranks_per_node": ranks_per_node, "num_ranks": nodes * ranks_per_node,
             "launcher_options": launcher_options}
-    return compose_all(site.mpi_launcher, spec, [f"node{i}" for i in range(nodes)])["PARSL_MPI_PREFIX"].strip()
+    return compose_all(site.mpi_launcher, spec, hosts)["PARSL_MPI_PREFIX"].strip()
+
 
 
 def node_hours(site: SiteConfig, nodes: int) -> float:

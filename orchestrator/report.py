@@ -10,22 +10,15 @@ from rich.console import Console
 from rich.table import Table
 
 from results_db import query
-from workloads.spec import FIELDS
 
-# the fields the registry marks for summaries (seed included: repeats are not duplicate rows)
-_SUMMARY_FIELDS = tuple(f.name for f in FIELDS if f.summary)
-_RESULTS = ("throughput", "final_top1", "train_seconds")
-SUMMARY_COLUMNS = ("run_id", "study", "status", *_SUMMARY_FIELDS, "global_batch_size", *_RESULTS)
-SWEEP_COLUMNS = ("run_id", "status", *_SUMMARY_FIELDS, *_RESULTS)
+from .sweep_table import RESULTS, SUMMARY_FIELDS, SWEEP_COLUMNS, cell  # noqa: F401 - SWEEP_COLUMNS re-exported
+
+SUMMARY_COLUMNS = ("run_id", "study", "status", *SUMMARY_FIELDS, "global_batch_size", *RESULTS)
 FORMATS = ("table", "csv", "json", "parquet")
 
 
 def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
+    return "-" if value is not None and not isinstance(value, (list, dict)) and pd.isna(value) else cell(value)
 
 
 def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:

@@ -21,10 +21,9 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from workloads.imbalance import KINDS as IMBALANCE_KINDS
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, MODELS, FactoryError,
-                                is_builtin, load_factory)
+from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
+                                FactoryError, is_builtin, load_factory)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
 from .config_schema import check_known_keys
@@ -193,7 +192,7 @@ def _check_program(argv: tuple[str, ...]) -> None:
 
 
 def _metric_patterns(value: Any) -> dict[str, dict[str, Any]]:
-    from results_db.query import RUN_COLUMNS
+    from results_db.columns import RUN_COLUMNS
 
     if value in (None, {}):
         return {}

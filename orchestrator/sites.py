@@ -211,6 +211,11 @@ def load_site(name: str) -> SiteConfig:
     if "launcher_options" in raw:
         raw["launcher_options"] = check_flags("site.launcher_options", raw["launcher_options"] or "")
     raw["worker_init"] = tuple(check_command("site.worker_init", c) for c in _list("site.worker_init", raw.get("worker_init")))
+    if raw["provider"] == "local" and raw["mpi_launcher"] != "mpiexec":
+        raise ConfigError("site.mpi_launcher", raw["mpi_launcher"], "the local site starts runs with mpiexec")
+    if raw["provider"] == "local" and raw["worker_init"]:
+        raise ConfigError("site.worker_init", list(raw["worker_init"]), "the local site runs no batch script, so "
+                          "nothing would run these; set environment variables with env: instead")
     raw["env"] = check_env("site.env", raw.get("env"))
     raw["scheduler_options"] = tuple(check_directive("site.scheduler_options", d)
                                      for d in _list("site.scheduler_options", raw.get("scheduler_options")))

@@ -224,11 +224,11 @@ class SweepRecorder:
             mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
         SweepRecorder.last_outcome = {"study": OmegaConf.select(self.config, "study_name"),
                                       "submitted": len(self.submitted), "failed": len(self.failed)}
-        from .report import SWEEP_COLUMNS, print_runs_table
+        from .sweep_table import print_sweep_table
 
         run_ids = list(self.run_ids.values())
         if run_ids:
-            print_runs_table(self.engine, run_ids=run_ids, columns=SWEEP_COLUMNS,
-                             title=f"study {OmegaConf.select(self.config, 'study_name')}: this sweep's runs")
+            print_sweep_table(self.engine, run_ids, title=f"study {OmegaConf.select(self.config, 'study_name')}: "
+                                                          "this sweep's runs")
         self.engine.dispose()
 

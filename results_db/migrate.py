@@ -9,31 +9,55 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
+
+# Alembic is imported inside the functions that need it: opening a database that is
+# already current (every sweep, every query) should not pay for importing it.
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-def alembic_config(engine: Engine) -> Config:
+def alembic_config(engine: Engine):
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
 
+# The newest revision in migrations/versions/ (tests/test_migrations.py checks it is Alembic's head):
+# a database already there is opened without importing Alembic at all.
+HEAD = "0003"
+
+
+def is_current(engine: Engine) -> bool:
+    """True when the database is at ``HEAD`` (one query; no Alembic)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+    except SQLAlchemyError:  # no alembic_version table yet: a new or a pre-migration database
+        return False
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    from alembic import command
+
     logging.getLogger("alembic").setLevel(logging.WARNING)  # not "Context impl ..." on every open
     cfg = alembic_config(engine)
     with engine.connect() as conn:

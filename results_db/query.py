@@ -8,7 +8,6 @@ empty table. Conditions are joined by commas or ``and``; every one must hold.
 
 from __future__ import annotations
 
-import difflib
 import re
 from datetime import datetime
 from typing import Any, Sequence
@@ -19,37 +18,13 @@ from sqlalchemy.orm import Session
 
 from .schema import Eval, Event, Round, Run, Step, StepStat, Study, runs_table
 
-# bookkeeping columns a reader never needs (the whole spec is in ``config`` and the columns)
-_HIDDEN = ("id", "study_id", "spec", "driver", "heartbeat", "ingested_at")
-RUN_COLUMNS = ("run_id", "study", *(c.name for c in runs_table.columns if c.name not in _HIDDEN))
-# JSON columns whose keys are addressed as ``params.NAME`` / ``metrics.NAME``
-JSON_FIELDS = ("params", "metrics")
+from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
 _OPS = {
     "=": lambda c, v: c == v, "==": lambda c, v: c == v, "!=": lambda c, v: c != v,
     ">=": lambda c, v: c >= v, "<=": lambda c, v: c <= v, ">": lambda c, v: c > v, "<": lambda c, v: c < v,
 }
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?"
 _CLAUSE = re.compile(rf"^\s*({_NAME})\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
-
-
-class QueryError(ValueError):
-    """A filter or column the database does not have."""
-
-
-def _unknown(name: str) -> QueryError:
-    close = difflib.get_close_matches(name, RUN_COLUMNS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return QueryError(f"unknown column {name!r}{hint}; known: {', '.join(RUN_COLUMNS)}, params.NAME, metrics.NAME")
-
-
-def check_column(name: str) -> str:
-    """``name`` if a run column or a ``params.``/``metrics.`` key, else a clear error."""
-    head, _, key = name.partition(".")
-    if key and head in JSON_FIELDS and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-        return name
-    if name not in RUN_COLUMNS:
-        raise _unknown(name)
-    return name
 
 
 def _column(name: str):

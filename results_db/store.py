@@ -85,7 +85,9 @@ def connect(url: str | None = None, upgrade: bool = True) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
     if upgrade:
+        from .migrate import is_current
         from .migrate import upgrade as upgrade_schema
 
-        upgrade_schema(writer(engine))
+        if not is_current(engine):
+            upgrade_schema(writer(engine))
     return engine

@@ -60,3 +60,10 @@ def test_db_command_upgrades_and_reports(tmp_path):
     assert current.returncode == 0 and "revision 0001" in current.stdout
     upgraded = scalestudy("db", "upgrade", "--db", url, cwd=tmp_path)
     assert upgraded.returncode == 0 and f"revision {head_revision()}" in upgraded.stdout
+
+
+def test_head_constant_is_alembics_head():
+    """``migrate.HEAD`` lets an up-to-date database open without Alembic; it must name the newest revision."""
+    from results_db.migrate import HEAD
+
+    assert HEAD == head_revision()

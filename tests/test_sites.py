@@ -93,3 +93,26 @@ def test_srun_runs_end_when_one_rank_fails():
 
     assert launch_flags(load_site("local_slurm"), 1) == "--kill-on-bad-exit=1 --cpus-per-task=1"
     assert "kill-on-bad-exit" not in launch_flags(load_site("local"), 1)
+
+
+@pytest.mark.parametrize("nodes, ppn, options", [(1, 1, ""), (2, 2, ""), (4, 3, "-genv X 1")])
+def test_local_runs_start_as_parsl_would_start_them(nodes, ppn, options):
+    """The local site runs without Parsl; its mpiexec line is the one Parsl composes."""
+    from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
+
+    from orchestrator.run_pools import local_mpiexec_prefix
+
+    spec = {"num_nodes": nodes, "ranks_per_node": ppn, "num_ranks": nodes * ppn, "launcher_options": options}
+    parsl_prefix = compose_all("mpiexec", spec, ["localhost"] * nodes)["PARSL_MPI_PREFIX"].strip()
+    assert local_mpiexec_prefix(nodes, ppn, options) == parsl_prefix
+
+
+def test_the_local_site_refuses_what_it_cannot_do(tmp_path):
+    for text, words in (("provider: local\nmpi_launcher: srun\ncores_per_node: 2\nmax_nodes: 2\n",
+                         "starts runs with mpiexec"),
+                        ("provider: local\nmpi_launcher: mpiexec\ncores_per_node: 2\nmax_nodes: 2\n"
+                         "worker_init: [module load x]\n", "runs no batch script")):
+        path = tmp_path / "l.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=words):
+            load_site(str(path))

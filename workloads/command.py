@@ -80,7 +80,7 @@ def rendezvous(run_dir: Path, attempt: str, rank: int, timeout: float = RENDEZVO
             found = json.loads(path.read_text())
             return str(found["addr"]), int(found["port"])
         except (OSError, ValueError, KeyError):
-            time.sleep(0.05)
+            time.sleep(0.01)
     raise RuntimeError(f"rank {rank}: rank 0 did not publish its address in {path} within {timeout:.0f} s")
 
 

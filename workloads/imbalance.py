@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
+from .registry import IMBALANCE_KINDS as KINDS
 
 
 @dataclass(frozen=True)

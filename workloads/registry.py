@@ -24,6 +24,7 @@ ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_p
 ALGORITHM_DEVICES = {"sync": ("cpu",), "ddp": ("cpu", "cuda"), "horovod": ("cpu",), "eager_solo": ("cpu",),
                      "eager_majority": ("cpu",), "async_ps": ("cpu",)}
 DEVICES = ("cpu", "cuda")
+IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
 
 # model -> the kind of input it takes
 MODELS = {"small_cnn": "image", "resnet20": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence"}

@@ -38,3 +38,28 @@ class ParslLauncherConf:
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="parsl", node=ParslLauncherConf, provider="scalestudy")
+
+
+# -- hydra/sweeper=scalestudy ------------------------------------------------------------
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf  # noqa: E402
+
+
+class ScalestudySweeper(BasicSweeper):
+    """Hydra's basic sweeper, less its composing of every job before launching: the Parsl
+    launcher composes each job itself, all of them before it submits anything, so
+    Hydra's check would only compose every job a second time (a tenth of a second per
+    job; ``benchmarks/bench_overhead.py``). With another launcher it checks as usual."""
+
+    def validate_batch_is_legal(self, batch):  # noqa: D102
+        if isinstance(self.launcher, _launcher.ParslLauncher):
+            return None
+        return super().validate_batch_is_legal(batch)
+
+
+@dataclass
+class ScalestudySweeperConf(BasicSweeperConf):
+    _target_: str = "hydra_plugins.scalestudy_launcher.parsl_launcher.ScalestudySweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="scalestudy", node=ScalestudySweeperConf, provider="scalestudy")

@@ -1,0 +1,119 @@
+"""Orchestration overhead: one small command through ``scalestudy sweep`` vs the same command under bare ``mpiexec``.
+
+    python benchmarks/bench_overhead.py [--ranks 2] [--repeats 5] [--sweep-runs 10] [--site local]
+
+Four variants, interleaved (A B C D A B C D …), each timed as wall clock of the whole
+command from this process:
+
+  bare1    mpiexec -n R python -c "print('throughput: …')"           (by hand)
+  sweep1   scalestudy sweep of that command as one run                (a new run_key each time)
+  bare10   the bare command 10 times in a row
+  sweep10  one scalestudy sweep of 10 runs of it (+params.i=0..9)
+
+Overhead per run = (sweep1 - bare1) and (sweep10 - bare10) / 10. Goals on a 2-core
+machine: <= 3 s for a one-run sweep, <= 1 s per run amortised over 10 runs. The sweeps
+write their phase times (``SCALESTUDY_PHASES``), so the report also says where the
+overhead goes: process start-up and imports, Hydra, validation and the database,
+the run pool, the MPI job with scalestudy's per-rank wrapper, ingestion, the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import BIN, interleave, median
+
+REPO = Path(__file__).resolve().parent.parent
+PROGRAM = "print('throughput: 1.0 samples/s')"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sweep-runs", type=int, default=10)
+    ap.add_argument("--site", default="local")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALESTUDY_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"   # `python` is the environment's, for both
+    bare_cmd = [str(BIN / "mpiexec"), "-n", str(args.ranks), "python", "-c", PROGRAM]
+    phases_file = work / "phases.jsonl"
+    counter = iter(range(1_000_000))
+
+    def timed(cmd: list[str], extra_env: dict | None = None) -> float:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=work, env={**env, **(extra_env or {})}, capture_output=True, text=True)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])} … failed:\n{proc.stderr[-2000:]}")
+        return elapsed
+
+    def sweep(runs: int) -> list[str]:
+        batch = next(counter)   # new params -> new run_keys: every run really executes
+        values = ",".join(str(batch * 1000 + i) for i in range(runs))
+        return [sys.executable, "-m", "orchestrator.cli", "sweep", f"site={args.site}", "study_name=overhead",
+                "nodes=1", f"workers_per_node={args.ranks}", "workload.kind=command",
+                f"workload.command=[python,-c,{json.dumps(PROGRAM)}]",
+                "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'", f"+params.i={values}",
+                f"hydra.sweep.dir={work / 'multirun' / str(batch)}"]
+
+    variants = {
+        "bare1": lambda: timed(bare_cmd),
+        "sweep1": lambda: timed(sweep(1), {"SCALESTUDY_PHASES": str(phases_file)}),
+        "bare10": lambda: sum(timed(bare_cmd) for _ in range(args.sweep_runs)),
+        "sweep10": lambda: timed(sweep(args.sweep_runs), {"SCALESTUDY_PHASES": str(phases_file)}),
+    }
+    timed(sweep(1))  # creates and migrates the database once, outside the measurement
+    print(f"orchestration overhead: {args.ranks} ranks on site {args.site}, {args.repeats} interleaved repeats, "
+          f"sweeps of 1 and {args.sweep_runs} runs")
+    samples = interleave(variants, args.repeats)
+    records = [json.loads(line) for line in phases_file.read_text().splitlines()]
+    one = [r for i, r in enumerate(records) if i % 2 == 0]    # sweep1, sweep10 alternate
+    ten = [r for i, r in enumerate(records) if i % 2 == 1]
+
+    def spread(xs: list[float]) -> str:
+        return f"{median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f})"
+
+    print(f"\nwall time, median of {args.repeats}:")
+    for name in variants:
+        print(f"  {name:8s} {spread(samples[name])}")
+    per_run_1 = [s - b for s, b in zip(samples["sweep1"], samples["bare1"])]
+    per_run_10 = [(s - b) / args.sweep_runs for s, b in zip(samples["sweep10"], samples["bare10"])]
+    for label, recs, walls in (("1-run sweep", one, samples["sweep1"]),
+                               (f"{args.sweep_runs}-run sweep", ten, samples["sweep10"])):
+        keys = [k for k in recs[0] if k not in ("since_import",)]
+        med = {k: statistics.median(r.get(k, 0.0) for r in recs) for k in keys}
+        inner = sum(v for k, v in med.items() if k not in ("hydra_total", "mpi_job"))  # runs holds mpi_job
+        startup = median(walls) - statistics.median(r["since_import"] for r in recs)
+        print(f"\nwhere a {label} goes (medians, seconds):")
+        print(f"  start-up and imports before the sweep  {startup:.2f}")
+        print(f"  Hydra: composing the sweep, plugins    {med['hydra_total'] - inner:.2f}"
+              " (what the phases below leave of Hydra's time)")
+        for k in ("compose_jobs", "validate_and_register", "pool_start", "runs", "mpi_job", "ingest", "poll",
+                  "report", "pool_stop"):
+            if k in med:
+                note = {"runs": " (waiting for runs: the MPI jobs and Hydra's run_job around them)",
+                        "mpi_job": " (of which: mpiexec + scalestudy's per-rank wrapper + the command)",
+                        "validate_and_register": " (specs, the user's factories, the database)"}.get(k, "")
+                print(f"    {k:24s} {med[k]:.3f}{note}")
+    print(f"\noverhead per run: one-run sweep {spread(per_run_1)} (goal <= 3 s); "
+          f"{args.sweep_runs}-run sweep {spread(per_run_10)} per run (goal <= 1 s)")
+    print(f"ratio sweep1/bare1 = {median(samples['sweep1']) / median(samples['bare1']):.1f}; "
+          f"overhead per run (1 run) = {median(per_run_1):.2f} s; "
+          f"overhead per run ({args.sweep_runs} runs) = {median(per_run_10):.2f} s")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

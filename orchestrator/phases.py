@@ -1,0 +1,36 @@
+"""Where a sweep's own time goes: seconds per phase of the driver, for `bench_overhead.py`.
+
+With ``SCALESTUDY_PHASES=FILE`` in the environment the driver appends one JSON line
+with its phase times to FILE when it ends; otherwise recording costs a dictionary
+update per phase and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+ENV = "SCALESTUDY_PHASES"
+_T0 = time.perf_counter()
+totals: dict[str, float] = {}
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        totals[name] = totals.get(name, 0.0) + time.perf_counter() - t0
+
+
+def write() -> None:
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    record = {"since_import": time.perf_counter() - _T0, **{k: round(v, 4) for k, v in totals.items()}}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
