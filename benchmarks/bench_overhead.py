@@ -7,8 +7,8 @@ command from this process:
 
   bare1    mpiexec -n R python -c "print('throughput: …')"           (by hand)
   sweep1   scalestudy sweep of that command as one run                (a new run_key each time)
-  bare10   the bare command 10 times in a row
-  sweep10  one scalestudy sweep of 10 runs of it (+params.i=0..9)
+  bareN    the bare command N times in a row (N = --sweep-runs, 10 by default)
+  sweepN   one scalestudy sweep of N runs of it (+params.i=0..N-1)
 
 Overhead per run = (sweep1 - bare1) and (sweep10 - bare10) / 10. Goals on a 2-core
 machine: <= 3 s for a one-run sweep, <= 1 s per run amortised over 10 runs. The sweeps
@@ -42,12 +42,22 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sweep-runs", type=int, default=10)
     ap.add_argument("--site", default="local")
+    ap.add_argument("--builtin", action="store_true",
+                    help="the run is the smoke study's built-in training (digits, small_cnn, 10 epochs) instead of "
+                         "a trivial command; bare is `mpiexec -n R python -m workloads spec.json` of the same spec")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALESTUDY_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"   # `python` is the environment's, for both
     bare_cmd = [str(BIN / "mpiexec"), "-n", str(args.ranks), "python", "-c", PROGRAM]
+    if args.builtin:
+        spec = {"study": "overhead", "site": "local", "nodes": 1, "workers_per_node": args.ranks,
+                "threads_per_node": args.ranks, "epochs": 10}
+        (work / "bare").mkdir()
+        (work / "bare" / "spec.json").write_text(json.dumps(spec))
+        bare_cmd = [str(BIN / "mpiexec"), "-n", str(args.ranks), "python", "-m", "workloads",
+                    str(work / "bare" / "spec.json")]
     phases_file = work / "phases.jsonl"
     counter = iter(range(1_000_000))
 
@@ -62,21 +72,23 @@ def main() -> None:
     def sweep(runs: int) -> list[str]:
         batch = next(counter)   # new params -> new run_keys: every run really executes
         values = ",".join(str(batch * 1000 + i) for i in range(runs))
+        what = ["epochs=10"] if args.builtin else [
+            "workload.kind=command", f"workload.command=[python,-c,{json.dumps(PROGRAM)}]",
+            "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'"]
         return [sys.executable, "-m", "orchestrator.cli", "sweep", f"site={args.site}", "study_name=overhead",
-                "nodes=1", f"workers_per_node={args.ranks}", "workload.kind=command",
-                f"workload.command=[python,-c,{json.dumps(PROGRAM)}]",
-                "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'", f"+params.i={values}",
+                "nodes=1", f"workers_per_node={args.ranks}", *what, f"+params.i={values}",
                 f"hydra.sweep.dir={work / 'multirun' / str(batch)}"]
 
+    n = args.sweep_runs
     variants = {
         "bare1": lambda: timed(bare_cmd),
         "sweep1": lambda: timed(sweep(1), {"SCALESTUDY_PHASES": str(phases_file)}),
-        "bare10": lambda: sum(timed(bare_cmd) for _ in range(args.sweep_runs)),
-        "sweep10": lambda: timed(sweep(args.sweep_runs), {"SCALESTUDY_PHASES": str(phases_file)}),
+        f"bare{n}": lambda: sum(timed(bare_cmd) for _ in range(n)),
+        f"sweep{n}": lambda: timed(sweep(n), {"SCALESTUDY_PHASES": str(phases_file)}),
     }
     timed(sweep(1))  # creates and migrates the database once, outside the measurement
-    print(f"orchestration overhead: {args.ranks} ranks on site {args.site}, {args.repeats} interleaved repeats, "
-          f"sweeps of 1 and {args.sweep_runs} runs")
+    print(f"orchestration overhead: {'smoke training' if args.builtin else 'a trivial command'}, {args.ranks} ranks "
+          f"on site {args.site}, {args.repeats} interleaved repeats, sweeps of 1 and {args.sweep_runs} runs")
     samples = interleave(variants, args.repeats)
     records = [json.loads(line) for line in phases_file.read_text().splitlines()]
     one = [r for i, r in enumerate(records) if i % 2 == 0]    # sweep1, sweep10 alternate
@@ -89,9 +101,9 @@ def main() -> None:
     for name in variants:
         print(f"  {name:8s} {spread(samples[name])}")
     per_run_1 = [s - b for s, b in zip(samples["sweep1"], samples["bare1"])]
-    per_run_10 = [(s - b) / args.sweep_runs for s, b in zip(samples["sweep10"], samples["bare10"])]
+    per_run_10 = [(s - b) / n for s, b in zip(samples[f"sweep{n}"], samples[f"bare{n}"])]
     for label, recs, walls in (("1-run sweep", one, samples["sweep1"]),
-                               (f"{args.sweep_runs}-run sweep", ten, samples["sweep10"])):
+                               (f"{n}-run sweep", ten, samples[f"sweep{n}"])):
         keys = [k for k in recs[0] if k not in ("since_import",)]
         med = {k: statistics.median(r.get(k, 0.0) for r in recs) for k in keys}
         inner = sum(v for k, v in med.items() if k not in ("hydra_total", "mpi_job"))  # runs holds mpi_job
