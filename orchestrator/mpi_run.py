@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,11 +115,16 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     env["OMP_NUM_THREADS"] = str(spec.threads_per_worker)
     env["SCALESTUDY_ATTEMPT"] = uuid.uuid4().hex[:12]
     env["SCALESTUDY_LAUNCH_DIR"] = os.getcwd()
-    # the environment's bin/ first, as a batch job's worker_init puts it: its mpiexec, and the
-    # `python` a command names is the one scalestudy runs in (with torch and mpi4py)
     bin_dir = str(Path(sys.executable).parent)
-    if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
-        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    if getattr(_thread_launch, "prefix", None):
+        # a local run: the environment's bin/ first, as a batch job's worker_init puts it, so that
+        # its mpiexec starts the ranks and the `python` a command names is this one
+        if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+            env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    elif shutil.which(cmd[0], path=env.get("PATH")) is None:
+        # in a batch job the site's worker_init has set PATH (its own launcher may come first); only
+        # a launcher found nowhere is looked for in the environment's bin/
+        env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{bin_dir}"
     for stale in ("result.json",):
         (run_dir / stale).unlink(missing_ok=True)
     (run_dir / STARTED_FILE).write_text(shlex.join(cmd) + "\n")

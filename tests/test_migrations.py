@@ -26,7 +26,7 @@ def _old_database(url: str) -> None:
             "world_size, batch_size, global_batch_size, algorithm, model, dataset, epochs, lr, seed, spec, "
             "throughput, final_top1, created_at) values (7, 1, 'k7', 'done', 'local', 2, 2, 2, 4, 16, 64, 'sync', "
             "'small_cnn', 'digits', 1, 0.1, 0, :spec, 1234.5, 0.9, '2026-01-01T00:00:00+00:00')"),
-                     {"spec": json.dumps({"nodes": 2})})
+                     {"spec": json.dumps({"nodes": 2, "momentum": 0.5, "steps_per_epoch": 7, "imbalance_sigma": 2.0})})
         for step in range(3):
             conn.execute(text('insert into steps (run_id, rank, step, epoch, samples, t_start, data, forward, backward,'
                               ' comm_wait, "update", loss) values (7, 0, :s, 0, 16, :s, 0.1, 0.2, 0.3, 0.4, 0.5, 2.0)'),
@@ -44,6 +44,10 @@ def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
     with engine.connect() as conn:
         run = conn.execute(text("select run_key, throughput, final_top1, fusion_threshold_mb, git_commit from runs")).one()
         assert tuple(run) == ("k7", 1234.5, 0.9, None, None)
+        # 0003 back-fills the fields that lived only in the stored spec, and the defaults of new ones
+        filled = conn.execute(text("select momentum, steps_per_epoch, imbalance_sigma, imbalance_rank, repeat, "
+                                   "workload_kind from runs")).one()
+        assert tuple(filled) == (0.5, 7, 2.0, -1, 0, "builtin")
         count, total = conn.execute(text("select count(*), sum(comm_wait) from steps")).one()
         assert count == 3 and abs(total - 1.2) < 1e-9
         assert conn.execute(text("select count(*) from steps where delay is null")).scalar() == 3
