@@ -84,9 +84,20 @@ def _sweep(argv: Sequence[str]) -> int:
     SweepRecorder.last_outcome = None
     from . import phases
 
+    def _terminate(signum, _frame):  # a detached driver is stopped with SIGTERM: clean up as for Ctrl-C
+        raise KeyboardInterrupt
+
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         with phases.phase("hydra_total"):
             sweep_job()
+    except KeyboardInterrupt:
+        outcome = SweepRecorder.last_outcome or {}
+        print(f"interrupted: {outcome.get('done', 0)} runs done, {outcome.get('stopped', 0)} stopped; rerun the "
+              "same command to resume", file=sys.stderr)
+        return 130
     except (ScalestudyError, HydraException, OmegaConfBaseException) as exc:
         if full_errors:
             raise

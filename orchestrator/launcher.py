@@ -1,9 +1,11 @@
-"""``hydra/launcher=parsl``: every Hydra job of a sweep becomes one Parsl task.
+"""``hydra/launcher=parsl``: every Hydra job of a sweep becomes one task of a run pool.
 
 Each task is sized from its own job config (``num_nodes`` and ``ranks_per_node``,
 which scalestudy's config interpolates from ``nodes`` and ``workers_per_node``), so
-one sweep can mix node counts. The task runs Hydra's ``run_job`` on a Parsl worker
-with ``$PARSL_MPI_PREFIX`` set for exactly that allocation.
+one sweep can mix node counts. On a site with a scheduler the task runs Hydra's
+``run_job`` on a Parsl worker with ``$PARSL_MPI_PREFIX`` set for exactly that
+allocation; on the local site it runs in a thread of this process with the same
+prefix, composed for ``localhost`` nodes (``run_pools``).
 
 The launcher itself knows nothing about studies or databases: an optional observer
 (a class named in the launcher config) is told about the sweep before anything is
@@ -217,6 +219,7 @@ class ParslLauncher(Launcher):
 
         with phase("pool_start"):
             pool = open_run_pool(site, _run_hydra_job, sweep_dir / ".parsl", [j.num_nodes for j in to_run])
+        aborted = False
         try:
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
@@ -251,13 +254,16 @@ class ParslLauncher(Launcher):
                     with phase("poll"):
                         observer.on_poll([futures[f] for f in pending])
         except BaseException:
+            aborted = True
+            pool.abort()   # stop what runs before anything is recorded as interrupted
             if observer:
                 observer.close([results[j.idx] for j in jobs if j.idx in results])
                 observer = None
             raise
         finally:
-            with phase("pool_stop"):
-                pool.close()
+            if not aborted:
+                with phase("pool_stop"):
+                    pool.close()
         ordered = [results[j.idx] for j in jobs]
         if observer:
             with phase("report"):

@@ -1,7 +1,8 @@
-"""Start one run's MPI job: runs wherever the Parsl worker runs (batch node or this host).
+"""Start one run's MPI job: on a Parsl worker in a batch job, or in a driver thread (the local site).
 
-The launch prefix comes from Parsl (``$PARSL_MPI_PREFIX``, sized for this run); the
-command after it is an argument list, never shell text built from config values.
+The launch prefix comes from Parsl (``$PARSL_MPI_PREFIX``, sized for this run) or, on
+the local site, from the run pool (``set_thread_launch``); the command after it is an
+argument list, never shell text built from config values.
 The job runs in a process group of its own and under the run's time limit: when the
 limit passes, the whole group is stopped (SIGTERM, then SIGKILL), so no rank outlives
 its run.
@@ -76,19 +77,54 @@ def _reason(path: Path, lines: int = 3) -> str:
     return own[0] if own else " | ".join(line.strip() for line in text[-lines:])
 
 
+# MPI jobs running from this process (the local site's threads), so that an interrupted
+# driver can stop them: each runs in a process group of its own, which a terminal's
+# Ctrl-C does not reach.
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+
+
+def stop_running() -> int:
+    """Stop every MPI job this process started and is still waiting for; returns how many."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+    return len(procs)
+
+
 def _run_group(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout: float | None) -> tuple[int, bool]:
     """(exit code, timed out): the launcher in a new process group, stopped as a whole on timeout."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        with _running_lock:
+            _running.add(proc)
         try:
-            return proc.wait(timeout=timeout), False
-        except subprocess.TimeoutExpired:
-            pass
-        except BaseException:  # the worker is being stopped: take the job down with it
+            try:
+                return proc.wait(timeout=timeout), False
+            except subprocess.TimeoutExpired:
+                pass
+            except BaseException:  # the worker is being stopped: take the job down with it
+                _stop_group(proc)
+                raise
             _stop_group(proc)
-            raise
-        _stop_group(proc)
-        return proc.returncode, True
+            return proc.returncode, True
+        finally:
+            with _running_lock:
+                _running.discard(proc)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -140,7 +176,7 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     if spec.workload_kind == "command":
         from workloads.command import summarize
 
-        write_result(run_dir, summarize(spec, run_dir, code, wall))
+        write_result(run_dir, summarize(spec, run_dir, code, wall, launcher_log=run_dir / LOG_FILE))
     elif code != 0 or not result_path.is_file():
         raise RunFailed(
             f"run in {run_dir} failed: {cmd[0]} exited with {code}; "

@@ -43,6 +43,13 @@ class LocalRunPool:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
+    def abort(self) -> int:
+        """The sweep is interrupted: stop the running MPI jobs now, start no more; how many were stopped."""
+        from .mpi_run import stop_running
+
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        return stop_running()
+
 
 class ParslRunPool:
     def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, node_counts: Sequence[int]) -> None:
@@ -69,6 +76,11 @@ class ParslRunPool:
 
         self.dfk.cleanup()
         parsl.clear()
+
+    def abort(self) -> int:
+        """The sweep is interrupted: Parsl's cleanup cancels its blocks (and their batch jobs)."""
+        self.close()
+        return 0
 
 
 def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, node_counts: Sequence[int]):

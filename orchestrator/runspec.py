@@ -145,10 +145,14 @@ def _params(value: Any) -> dict[str, Any]:
     for name, v in value.items():
         if not isinstance(name, str) or not PARAM_NAME_RE.match(name):
             raise ConfigError(f"params.{name}", v, "a parameter name is letters, digits and '_'")
+        scalar = (str, int, float, bool)
+        ok = isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar) for x in v))
         try:
             json.dumps(v, allow_nan=False)
         except (TypeError, ValueError):
-            raise ConfigError(f"params.{name}", v, "expected a number, string, boolean, or a list of them") from None
+            ok = False
+        if not ok:
+            raise ConfigError(f"params.{name}", v, "expected a number, string, boolean, or a list of them")
     return dict(sorted(value.items()))
 
 

@@ -213,6 +213,9 @@ def load_site(name: str) -> SiteConfig:
     raw["worker_init"] = tuple(check_command("site.worker_init", c) for c in _list("site.worker_init", raw.get("worker_init")))
     if raw["provider"] == "local" and raw["mpi_launcher"] != "mpiexec":
         raise ConfigError("site.mpi_launcher", raw["mpi_launcher"], "the local site starts runs with mpiexec")
+    if raw["provider"] == "local" and raw.get("max_concurrent_runs", 1) != 1:
+        raise ConfigError("site.max_concurrent_runs", raw["max_concurrent_runs"], "the local site runs one run at a "
+                          "time (its runs share this host's cores, and Hydra keeps one job's state per process)")
     if raw["provider"] == "local" and raw["worker_init"]:
         raise ConfigError("site.worker_init", list(raw["worker_init"]), "the local site runs no batch script, so "
                           "nothing would run these; set environment variables with env: instead")

@@ -40,8 +40,11 @@ from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 HEARTBEAT_EVERY = 5.0
 
 
-def default_run_timeout(site: SiteConfig) -> float:
-    """A run may use its batch job's walltime, less a margin for starting and for ingestion."""
+def default_run_timeout(site: SiteConfig) -> float | None:
+    """A run may use its batch job's walltime, less a margin for starting and for ingestion.
+    On the local site there is no batch job and no walltime: no limit unless run_timeout says."""
+    if site.provider == "local":
+        return None
     seconds = walltime_seconds(site.walltime)
     return float(max(60, seconds - max(60, seconds // 20)))
 
@@ -220,14 +223,15 @@ class SweepRecorder:
         if self.progress is not None:
             self.progress.stop()
         for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
-            self.failed.add(idx)
             mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
         SweepRecorder.last_outcome = {"study": OmegaConf.select(self.config, "study_name"),
-                                      "submitted": len(self.submitted), "failed": len(self.failed)}
+                                      "submitted": len(self.submitted), "failed": len(self.failed),
+                                      "done": len(self.ended - self.failed),
+                                      "stopped": len(self.submitted - self.ended)}
         from .sweep_table import print_sweep_table
 
         run_ids = list(self.run_ids.values())
-        if run_ids:
+        if run_ids and not SweepRecorder.last_outcome["stopped"]:  # an interrupted sweep says so in one line
             print_sweep_table(self.engine, run_ids, title=f"study {OmegaConf.select(self.config, 'study_name')}: "
                                                           "this sweep's runs")
         self.engine.dispose()

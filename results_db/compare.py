@@ -8,6 +8,7 @@ momentum, steps_per_epoch, a parameter — are different configurations.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import pandas as pd
@@ -51,14 +52,27 @@ def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequen
 
 
 def hashable(frame: pd.DataFrame) -> pd.DataFrame:
-    """Lists and mappings (a command, the params) as text, so that pandas can group by them."""
+    """Columns pandas can group by without merging what run_key tells apart: lists and
+    mappings (a command, the params) as canonical JSON text, and a free parameter whose
+    values mix types (1, 1.0, True, "1" — pandas would call the first three equal) as the
+    JSON text of each value. A parameter of one type keeps its values (numbers stay numbers)."""
     out = frame.copy()
     for column in out.columns:
-        if out[column].map(lambda v: isinstance(v, (list, dict, tuple))).any():
-            out[column] = out[column].map(lambda v: " ".join(map(str, v)) if isinstance(v, (list, tuple))
-                                          else (str(dict(sorted(v.items()))) if isinstance(v, dict) and v else
-                                                ("" if isinstance(v, (dict, list, tuple)) else v)))
+        values = out[column]
+        if values.map(lambda v: isinstance(v, (list, dict, tuple))).any():
+            out[column] = values.map(lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
+                                     if isinstance(v, (list, dict, tuple)) else v)
+        elif column.startswith("params.") and len({_kind(v) for v in values if v is not None}) > 1:
+            out[column] = values.map(lambda v: None if v is None else json.dumps(v))
     return out
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, float) and value.is_integer():
+        return "float-int"  # 1.0 beside 1: different run keys, equal to pandas
+    return type(value).__name__
 
 
 def config_axes(runs: pd.DataFrame) -> list[str]:
@@ -98,7 +112,8 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
     columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
                "speedup_std", "efficiency"]
-    return out[columns].sort_values([*varying, axis]).reset_index(drop=True)
+    mixed = lambda col: col.map(str) if col.map(type).nunique() > 1 else col  # noqa: E731 - text and numbers
+    return out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
 
 
 def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput") -> pd.DataFrame:

@@ -73,19 +73,41 @@ def _typed(name: str, column, text: str) -> Any:
     return raw
 
 
-def _json_condition(name: str, op: str, text: str):
-    head, _, key = name.partition(".")
-    value = _literal(text.strip().strip("'\""))
-    element = getattr(Run, head)[key]
-    if isinstance(value, bool):
-        return _OPS[op](element.as_boolean(), value)
-    if isinstance(value, (int, float)):
-        return _OPS[op](element.as_float(), float(value))
-    return _OPS[op](element.as_string(), value)
+class JsonFilter:
+    """A condition on one key of ``params`` or ``metrics``, applied to the rows SQL returned.
+
+    JSON values carry their own types, which SQL's casts do not respect alike on every
+    database (SQLite reads 'adam' as 0.0; PostgreSQL fails the whole query): here a number
+    compares only with numbers, a boolean with booleans, text with text, and a run without
+    the key matches nothing but ``!=``."""
+
+    def __init__(self, name: str, op: str, text: str) -> None:
+        self.name, self.op = name, op
+        self.field, _, self.key = name.partition(".")
+        self.value = _literal(text.strip().strip("'\""))
+
+    def _kind(self, v: Any) -> str | None:
+        if isinstance(v, bool):
+            return "bool"
+        if isinstance(v, (int, float)):
+            return "number"
+        if isinstance(v, str):
+            return "text"
+        return None
+
+    def matches(self, values: Any) -> bool:
+        present = isinstance(values, dict) and self.key in values
+        v = values.get(self.key) if present else None
+        if self.op == "!=":
+            return not present or self._kind(v) != self._kind(self.value) or v != self.value
+        if not present or self._kind(v) is None or self._kind(v) != self._kind(self.value):
+            return False
+        return bool(_OPS[self.op](v, self.value))
 
 
 def parse_where(where: str | Sequence[str] | None) -> list:
-    """``"nodes>=2, algorithm=sync"`` (or a list of such) → SQLAlchemy conditions, all of which must hold."""
+    """``"nodes>=2, algorithm=sync"`` (or a list of such) → conditions, all of which must hold:
+    SQLAlchemy conditions on columns, and ``JsonFilter``s on ``params.``/``metrics.`` keys."""
     if not where:
         return []
     parts: list[str] = []
@@ -107,7 +129,7 @@ def parse_where(where: str | Sequence[str] | None) -> list:
             raise QueryError(f"cannot read filter {part.strip()!r}: one comparison per condition")
         check_column(name)
         if name.partition(".")[0] in JSON_FIELDS and "." in name:
-            conditions.append(_json_condition(name, op, raw))
+            conditions.append(JsonFilter(name, op, raw))
             continue
         column = _column(name)
         value = _typed(name, column, raw)
@@ -149,11 +171,23 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
         stmt = stmt.where(Study.name == study)
     if run_ids is not None:
         stmt = stmt.where(Run.id.in_(_ids(run_ids)))
-    for cond in parse_where(where):
-        stmt = stmt.where(cond)
+    conditions = parse_where(where)
+    json_filters = [c for c in conditions if isinstance(c, JsonFilter)]
+    for cond in conditions:
+        if not isinstance(cond, JsonFilter):
+            stmt = stmt.where(cond)
+    if json_filters:  # read the JSON columns the filters need, filter, then drop what was not asked for
+        extra = [f for f in dict.fromkeys(j.field for j in json_filters) if f not in base]
+        stmt = stmt.add_columns(*(getattr(Run, f).label(f"__{f}") for f in extra))
     stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size, Run.id)
     with engine.connect() as conn:
-        frame = pd.DataFrame(conn.execute(stmt).all(), columns=base)
+        rows = conn.execute(stmt).all()
+    if json_filters:
+        names = base + [f"__{f}" for f in extra]
+        rows = [r for r in rows if all(j.matches(r[names.index(j.field if j.field in base else f"__{j.field}")])
+                                       for j in json_filters)]
+        rows = [r[:len(base)] for r in rows]
+    frame = pd.DataFrame(rows, columns=base)
     for field in JSON_FIELDS:
         if field in frame.columns:
             keys = [c.split(".", 1)[1] for c in dotted if c.startswith(field + ".")] if columns else None

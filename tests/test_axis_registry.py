@@ -23,7 +23,7 @@ from orchestrator.runspec import build_run_spec, run_key
 from results_db import compare, connect, query
 from results_db.figures import render_study
 from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Base, Run, runs_table
+from results_db.schema import Base, Run, Step, runs_table
 from workloads.spec import CONFIG_FIELDS, FIELDS, IDENTITY_FIELDS, RunSpec
 
 from conftest import scalestudy
@@ -104,6 +104,8 @@ def test_a_migrated_database_matches_the_models(tmp_path, db_kind, request):
 
 
 def _runs_differing_in(engine, field_changes: list[dict], throughputs: list[float]) -> None:
+    """Finished runs with those throughputs, each with two step records of its two ranks
+    (forward time = throughput / 1000, so the step breakdown tells configurations apart)."""
     plans = []
     for i, change in enumerate(field_changes):
         spec = dataclasses.replace(RunSpec(study="reg", nodes=1, workers_per_node=2, threads_per_node=2,
@@ -113,6 +115,9 @@ def _runs_differing_in(engine, field_changes: list[dict], throughputs: list[floa
     with Session(engine) as s, s.begin():
         for d, thr in zip(decisions, throughputs):
             s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=thr))
+            s.add_all([Step(run_id=d.run_id, rank=r, step=k, epoch=0, samples=16, t_start=float(k), data=0.0,
+                            forward=thr / 1000, backward=0.0, comm_wait=0.0, update=0.0)
+                       for r in (0, 1) for k in (0, 1, 2)])
 
 
 @pytest.mark.parametrize("field, values", [("momentum", (0.5, 0.9)), ("params", ({"hidden": 128}, {"hidden": 256}))])
@@ -128,8 +133,10 @@ def test_runs_differing_only_in_one_field_are_two_configurations(db_url, tmp_pat
     grouped = compare.aggregate(engine, [axis], {"throughput": ["mean", "count"]}, study="reg")
     assert sorted(grouped["throughput_mean"]) == [105.0, 210.0]
     # every figure that groups configurations keeps them apart
-    results = render_study(engine, "reg", tmp_path / "figs")
-    assert any(r.name == "step_time_breakdown" for r in results)
+    results = {r.name: r for r in render_study(engine, "reg", tmp_path / "figs")}
+    assert not results["step_time_breakdown"].skipped
+    breakdown = pd.read_csv(tmp_path / "figs" / "step_time_breakdown.csv")
+    assert len(breakdown) == 2 and sorted(breakdown["forward"].round(4)) == [0.105, 0.21]  # pooled over seeds, per config
     manifest = json.loads((tmp_path / "figs" / "manifest.json").read_text())
     assert axis in manifest["varying_axes"]
     if field == "params":
@@ -141,3 +148,54 @@ def test_runs_differing_only_in_one_field_are_two_configurations(db_url, tmp_pat
     out = scalestudy("query", "--study", "reg", "--group-by", axis, "--format", "csv", "--db", db_url, cwd=tmp_path)
     assert out.returncode == 0 and len(out.stdout.strip().splitlines()) == 3, out.stderr
     engine.dispose()
+
+
+def test_text_and_mixed_parameters_are_axes_too(tmp_path):
+    """A text parameter swept at three values is drawn on a categorical axis; values that
+    pandas would call equal (1, 1.0, True) but run_key tells apart stay apart."""
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    _runs_differing_in(engine, [{"params": {"act": a}} for a in ("relu", "gelu", "tanh")] +
+                       [{"params": {"act": v}} for v in (1, 1.0, True)], [10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+    results = {r.name: r for r in render_study(engine, "reg", tmp_path / "figs")}
+    assert not results["throughput_vs_param_act"].skipped
+    drawn = pd.read_csv(tmp_path / "figs" / "throughput_vs_param_act.csv")
+    assert sorted(drawn["throughput_mean"]) == [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    frame = compare.aggregate(engine, ["params.act"], {"throughput": ["count"]}, study="reg")
+    assert len(frame) == 6
+    assert len(query.runs(engine, where="params.act=gelu")) == 1
+
+
+def _non_default(f) -> object:
+    """A valid value different from the field's default, for the build test below."""
+    special = {"site": "local_slurm", "algorithm": "ddp", "model": "resnet20", "dataset": "synthetic_images",
+               "device": "cpu", "imbalance_kind": "fixed", "workload_kind": "command", "study": "other",
+               "dataset_path": "/data/x", "threads_per_node": 2, "workers_per_node": 2, "imbalance_rank": 0,
+               "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5}
+    if f.name in special:
+        return special[f.name]
+    if f.type is bool:
+        return not f.default
+    if f.type in (int, float):
+        return f.type(f.default + 2)
+    raise AssertionError(f"give test_every_config_field_reaches_the_spec a value for {f.name}")
+
+
+@pytest.mark.parametrize("f", [f for f in FIELDS if f.config and f.name not in ("device",)], ids=lambda f: f.name)
+def test_every_config_field_reaches_the_spec(f):
+    """A field with a config key that build_run_spec forgot to read would be dropped
+    silently; each must reach the spec, and change run_key exactly when it is identity."""
+    base = {"study_name": "k"}
+    value = _non_default(f)
+    head, _, rest = f.config.partition(".")
+    change = {head: {rest: value}} if rest else {head: value}
+    if f.name == "workload_kind":
+        change = {"workload": {"kind": "command", "command": ["true"]}}
+    if f.name.startswith("imbalance_") and f.name != "imbalance_kind":
+        change = {"imbalance": {"kind": "fixed", rest: value}}
+    if f.name == "site":
+        change["nodes"] = 1
+    before, after = build_run_spec(base), build_run_spec({**base, **change})
+    expected = value if f.name != "study" else "other"
+    assert getattr(after, f.name) == expected, f.name
+    assert (run_key(before) != run_key(after)) == (f.identity or f.name.startswith("imbalance_")
+                                                   or f.name == "workload_kind"), f.name

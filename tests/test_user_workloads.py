@@ -67,9 +67,25 @@ def test_user_model_and_dataset_train_under_every_algorithm(tmp_path):
 
 
 def test_params_reach_the_factory_and_the_run_identity(tmp_path):
-    proc, db = _sweep(tmp_path, "tiny_transformer", "algorithm=sync", "+params.heads=1,4", "epochs=1",
-                      "steps_per_epoch=3", env={"PYTHONPATH": str(EXAMPLES / "tiny_transformer")})
+    """The factory receives the run's params (it records what it got), and params are identity."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "recording.py").write_text(
+        "import json, os, pathlib\n"
+        "from tinytf.nets import make_model as real\n"
+        "def make_model(input_shape, num_classes, params):\n"
+        "    out = pathlib.Path(params['record']) / f'{os.getpid()}.json'\n"
+        "    out.write_text(json.dumps(params))\n"
+        "    return real(input_shape, num_classes, params)\n")
+    record = tmp_path / "seen"
+    record.mkdir()
+    proc, db = _sweep(tmp_path, "tiny_transformer", "algorithm=sync", "model=recording:make_model",
+                      "+params.heads=1,4", f"+params.record={record}", "epochs=1", "steps_per_epoch=3",
+                      env={"PYTHONPATH": f"{EXAMPLES / 'tiny_transformer'}{os.pathsep}{pkg}"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = [json.loads(p.read_text()) for p in record.iterdir()]
+    assert len(seen) == 4  # 2 runs x 2 ranks
+    assert sorted(s["heads"] for s in seen) == [1, 1, 4, 4] and all(s["d_model"] == 32 for s in seen)
     runs = _runs(db)
     assert sorted(r.params["heads"] for r in runs) == [1, 4] and len({r.run_key for r in runs}) == 2
     query = scalestudy("query", "--db", f"sqlite:///{db}", "--where", "params.heads=4", "--format", "json",
@@ -281,3 +297,33 @@ def test_a_run_past_its_time_limit_is_stopped_whole(tmp_path):
     assert run.status == "timeout" and "passed its time limit of 3 s" in run.error
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes outlived the run: {left}"
+
+
+def test_ctrl_c_stops_the_sweep_and_its_runs_in_seconds(tmp_path):
+    """One SIGINT to the driver's process group (what a terminal's Ctrl-C does): one line,
+    the running MPI job stopped, a non-zero exit within seconds; the same command resumes."""
+    import signal
+    import time
+
+    from conftest import env_with_bin
+
+    marker = f"sleep {int(time.time()) % 1000 + 8000}"
+    args = [sys.executable, "-m", "orchestrator.cli", "sweep", "study_name=ctrlc", "nodes=1", "workers_per_node=1",
+            "workload.kind=command", f"workload.command=[{marker.replace(' ', ',')}]", "+params.i=0,1",
+            f"hydra.sweep.dir={tmp_path / 'mr'}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env_with_bin(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "mr" / "0" / "command.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0  # the run is running
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 20, err
+    assert err.strip().splitlines()[-1] == "interrupted: 0 runs done, 2 stopped; rerun the same command to resume"
+    assert "Traceback" not in err and "this sweep's runs" not in out
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout.split() == []
+    assert {r.status for r in _runs(tmp_path / "scalestudy.db")} == {"failed"}
+    assert all("interrupted" in r.error for r in _runs(tmp_path / "scalestudy.db"))

@@ -9,6 +9,7 @@ A ``required`` metric (the default) that never matched fails the run.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import asdict, dataclass
@@ -62,18 +63,24 @@ class MetricPattern:
         return out
 
     def values(self, text: str) -> list[float]:
-        """Every number the pattern captured in ``text``, in order (captures that are not numbers are skipped)."""
+        """Every finite number the pattern captured in ``text``, in order (captures that are
+        not numbers, and nan or inf, are skipped: they would not survive JSON)."""
         out = []
         for match in re.finditer(self.pattern, text, flags=re.MULTILINE):
             try:
-                out.append(float(match.group(1)))
+                value = float(match.group(1))
             except (TypeError, ValueError):
                 continue
+            if math.isfinite(value):
+                out.append(value)
         return out
 
 
 def extract(patterns: dict[str, dict[str, Any]], outputs: dict[int, Path]) -> tuple[dict[str, float], list[str]]:
-    """(metric values, names of required metrics that never matched) from per-rank output files."""
+    """(metric values, why required metrics are missing) from per-rank output files.
+
+    With ``ranks: all`` every rank must match: a sum over the ranks that happened to print
+    would under-report; a required metric then names the ranks that did not."""
     texts: dict[int, str] = {}
 
     def text(rank: int) -> str:
@@ -86,13 +93,17 @@ def extract(patterns: dict[str, dict[str, Any]], outputs: dict[int, Path]) -> tu
     for name, spec in patterns.items():
         metric = MetricPattern.from_dict(name, spec)
         ranks = sorted(outputs) if metric.ranks == "all" else [0]
-        per_rank = []
+        per_rank, silent = [], []
         for rank in ranks:
             values = metric.values(text(rank))
             if values:
                 per_rank.append(REDUCERS[metric.reduce](values))
-        if per_rank:
+            else:
+                silent.append(rank)
+        if per_rank and not silent:
             found[name] = REDUCERS[metric.ranks_reduce](per_rank)
         elif metric.required:
-            missing.append(name)
+            where = "rank 0's output" if metric.ranks == "0" else \
+                f"the output of rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent[:8]))}"
+            missing.append(f"metric {name!r}: pattern '{metric.pattern}' never matched in {where}")
     return found, missing

@@ -3,7 +3,7 @@
 Each function returns exactly the numbers its figure draws (and ``scalestudy
 figures`` writes them beside the image as CSV), so a figure can be checked, and
 redrawn by other tools, without re-deriving anything. Repeats are runs that differ
-only in ``seed``: they are averaged. A *configuration* is named by the sweep axes
+only in ``seed`` or ``repeat``: they are averaged. A *configuration* is named by the sweep axes
 that actually vary in the study, so labels stay short ("nodes=2, workers per node=4").
 """
 
@@ -126,7 +126,8 @@ def throughput_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
         first = measured.drop_duplicates("series").set_index("series")
         stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, "nodes"] if s in first.index
                           else float("nan") for s, n in zip(stats["series"], stats["nodes"])]
-    return stats.sort_values(["series", axis]).reset_index(drop=True)
+    return stats.sort_values(["series", axis], key=lambda col: col.map(str) if col.name == axis and
+                             col.map(type).nunique() > 1 else col).reset_index(drop=True)
 
 
 def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:

@@ -27,19 +27,29 @@ def new_figure(width: float = 6.4, height: float = 4.2) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+               for v in values)
+
+
 def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
+    """Lines over a numeric axis (log-2 when it spans 8x or more); over a categorical one
+    (a text parameter: ``+params.act=relu,gelu``) the categories sit at even positions."""
     ax = fig.subplots()
+    distinct = list(dict.fromkeys(frame[axis]))
+    numeric = _numeric(distinct)
+    values = sorted(distinct) if numeric else sorted(distinct, key=str)
+    where = (lambda col: col) if numeric else (lambda col: col.map({v: i for i, v in enumerate(values)}))
     for series, part in frame.groupby("series", sort=False):
-        ax.errorbar(part[axis], part["throughput_mean"], yerr=part["throughput_std"], marker="o", capsize=3,
+        ax.errorbar(where(part[axis]), part["throughput_mean"], yerr=part["throughput_std"], marker="o", capsize=3,
                     label=series)
         if "ideal" in part:
-            ax.plot(part[axis], part["ideal"], linestyle="--", color="grey", linewidth=0.8)
+            ax.plot(where(part[axis]), part["ideal"], linestyle="--", color="grey", linewidth=0.8)
     if "ideal" in frame:
         ax.plot([], [], linestyle="--", color="grey", linewidth=0.8, label="linear scaling")
-    values = sorted(frame[axis].unique())
-    if len(values) > 2 and values[0] > 0 and values[-1] / values[0] >= 8:
+    if numeric and len(values) > 2 and values[0] > 0 and values[-1] / values[0] >= 8:
         ax.set_xscale("log", base=2)
-    ax.set_xticks(values, [str(v) for v in values])
+    ax.set_xticks(values if numeric else range(len(values)), [str(v) for v in values])
     ax.set_xlabel(label_of(axis))
     ax.set_ylabel("samples / s")
     ax.set_ylim(bottom=0)
