@@ -211,16 +211,31 @@ class _NoDatabase(Exception):
     """A reading command pointed at a SQLite file that does not exist."""
 
 
+class _OlderSchema(Exception):
+    """A reading command found a database of an older schema revision (it must not migrate it)."""
+
+
 def _open_for_reading(db: str | None):
-    """The results database for a command that only reads it; never creates one."""
+    """The results database for a command that only reads it: never creates one, never
+    migrates one (DDL against a shared PostgreSQL is not a reader's to run)."""
     from results_db import connect
-    from results_db.store import missing_sqlite_file
+    from results_db.migrate import HEAD, is_current
+    from results_db.store import missing_sqlite_file, resolve_db_url, safe_url
 
     path = missing_sqlite_file(db)
     if path is not None:
         raise _NoDatabase(f"no results database at {path} (a sweep creates it; or give --db URL or set "
                           "$SCALESTUDY_DB_URL)")
-    return connect(db)
+    engine = connect(db, upgrade=False)
+    if not is_current(engine):
+        from sqlalchemy import inspect
+
+        if "runs" not in inspect(engine).get_table_names():
+            raise _NoDatabase(f"{safe_url(resolve_db_url(db))} holds no scalestudy results yet")
+        raise _OlderSchema(f"the database {safe_url(resolve_db_url(db))} has an older schema than this scalestudy "
+                           f"reads (revision {HEAD}); run `scalestudy db upgrade` once (it migrates it in place), "
+                           "then read it")
+    return engine
 
 
 def _fail(message: str) -> int:
@@ -246,6 +261,8 @@ def _status(argv: Sequence[str]) -> int:
     except _NoDatabase as exc:
         print(f"no runs recorded yet: {exc}")
         return 0
+    except _OlderSchema as exc:
+        return _fail(str(exc))
     counts = query.status_counts(engine, args.study)
     if counts.empty:
         print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
@@ -299,7 +316,7 @@ def _query(argv: Sequence[str]) -> int:
             if not args.columns:
                 frame = with_json_keys(engine, frame, args.study, args.where)
         render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
-    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase) as exc:
+    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase, _OlderSchema) as exc:
         return _fail(str(exc))
     return 0
 
@@ -326,7 +343,7 @@ def _compare(argv: Sequence[str]) -> int:
         frame = compare.compare(_open_for_reading(args.db), args.baseline, study=args.study, metric=args.metric,
                                 where=args.where)
         render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
-    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase) as exc:
+    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase, _OlderSchema) as exc:
         return _fail(str(exc))
     return 0
 
@@ -374,7 +391,7 @@ def _figures(argv: Sequence[str]) -> int:
         print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
         results = render_study(engine, args.study, out, formats=formats, only=only, where=args.where,
                                run_id=args.run_id, on_result=report, source=safe_url(url))
-    except (FigureDataError, query.QueryError, _NoDatabase) as exc:
+    except (FigureDataError, query.QueryError, _NoDatabase, _OlderSchema) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot write figures into {out}: {exc.strerror or exc}")
