@@ -212,9 +212,9 @@ class ParslLauncher(Launcher):
             return [results[j.idx] for j in jobs]
 
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("Launching %d jobs on site %s (%s, %s)", len(to_run), site.name, site.provider, site.mpi_launcher)
+        log.debug("Launching %d jobs on site %s (%s, %s)", len(to_run), site.name, site.provider, site.mpi_launcher)
         for job in to_run:
-            log.info("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
+            log.debug("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
                      job.num_nodes, job.ranks_per_node)
 
         with phase("pool_start"):

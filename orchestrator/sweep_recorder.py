@@ -49,6 +49,18 @@ def default_run_timeout(site: SiteConfig) -> float | None:
     return float(max(60, seconds - max(60, seconds // 20)))
 
 
+def run_label(spec: RunSpec) -> str:
+    """A run in the progress lines: its size, what it trains (or runs), its free parameters."""
+    size = f"nodes={spec.nodes} workers_per_node={spec.workers_per_node} threads_per_node={spec.threads_per_node}"
+    if spec.workload_kind == "command":
+        what = f"command={Path(spec.command[0]).name}"
+    else:
+        what = f"batch_size={spec.batch_size} algorithm={spec.algorithm}" + \
+            ("" if spec.model in ("small_cnn",) else f" model={spec.model}")
+    params = "".join(f" params.{k}={v}" for k, v in spec.params.items())
+    return f"{size} {what}{params}"
+
+
 def _headline(result: dict) -> str:
     """A finished run in a few words: throughput, accuracy, the metrics a command reported."""
     parts = []
@@ -112,9 +124,7 @@ class SweepRecorder:
         specs = self._validate(jobs)
         for job, spec in zip(jobs, specs):
             self.specs[job.idx] = spec
-            self.labels[job.idx] = (f"nodes={spec.nodes} workers_per_node={spec.workers_per_node} "
-                                    f"threads_per_node={spec.threads_per_node} batch_size={spec.batch_size} "
-                                    f"algorithm={spec.algorithm}")
+            self.labels[job.idx] = run_label(spec)
         if OmegaConf.select(self.config, "dry_run"):
             self._print_dry_run(jobs, specs)
             return [False] * len(jobs)

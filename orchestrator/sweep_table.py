@@ -32,11 +32,17 @@ def cell(value: Any) -> str:
 
 
 def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> None:
-    names = [c for c in SWEEP_COLUMNS if c != "run_id"]
-    stmt = (select(Run.id, *(getattr(Run, c) for c in names), Run.params, Run.metrics)
-            .where(Run.id.in_([int(i) for i in run_ids])).order_by(Run.id))
+    """A sweep of commands shows each run's command instead of the built-in loop's algorithm and model."""
+    ids = [int(i) for i in run_ids]
     with engine.connect() as conn:
-        rows = conn.execute(stmt).all()
+        kinds = {k for (k,) in conn.execute(select(Run.workload_kind).where(Run.id.in_(ids)).distinct())}
+        names = [c for c in SWEEP_COLUMNS if c != "run_id"]
+        if kinds == {"command"}:
+            names = [c if c != "algorithm" else "command" for c in names if c != "model"]
+        stmt = (select(Run.id, *(getattr(Run, c) for c in names), Run.params, Run.metrics)
+                .where(Run.id.in_(ids)).order_by(Run.id))
+        rows = [tuple(" ".join(map(str, v))[:40] if isinstance(v, list) else v for v in row[:-2]) + tuple(row[-2:])
+                for row in conn.execute(stmt).all()]
     keys = {"params": [], "metrics": []}
     for row in rows:
         for field, values in (("params", row[-2]), ("metrics", row[-1])):
