@@ -22,6 +22,7 @@ commands:
                                     one row per run (or per group): table, CSV, JSON, Parquet
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
   figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
+  ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites                             the site configs this install knows
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
@@ -108,6 +109,10 @@ def _sweep(argv: Sequence[str]) -> int:
         return 2
     phases.write()
     outcome = SweepRecorder.last_outcome
+    if outcome and outcome.get("not_ingested"):
+        print(f"scalestudy: {outcome['not_ingested']} finished runs could not be ingested (database unreachable); "
+              "`scalestudy ingest` brings them in", file=sys.stderr)
+        return 1
     if outcome and outcome["failed"]:
         print(f"scalestudy: {outcome['failed']} of {outcome['submitted']} runs failed; their reasons: "
               f"scalestudy status --study {outcome['study']} --failed", file=sys.stderr)
@@ -410,6 +415,33 @@ def _sites(argv: Sequence[str]) -> int:
     return 0
 
 
+def _ingest(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy ingest",
+        description="Ingest finished runs the database is missing (e.g. after it was unreachable during a sweep): "
+                    "run folders, a study's multirun folder, or with no path every known run not yet ingested.")
+    parser.add_argument("paths", nargs="*", type=Path, help="run folders, or folders holding them")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import connect
+    from results_db.store import resolve_db_url, safe_url
+
+    from .ingest_cmd import ingest_folders, not_ingested, run_folders
+
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        return _fail(f"ingest: no such folder {missing[0]!r}")
+    url = resolve_db_url(args.db)
+    engine = connect(url)
+    folders = list(run_folders(args.paths)) if args.paths else not_ingested(engine)
+    print(f"ingesting into {safe_url(url)}: {len(folders)} run folder(s)")
+    report = ingest_folders(engine, folders)
+    print(f"{len(report.ingested)} ingested, {len(report.already)} already in the database, "
+          f"{len(report.unfinished)} not finished, {len(report.failed)} failed")
+    return 1 if report.failed else 0
+
+
 def _db(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="scalestudy db", description="Results database schema (Alembic).")
     parser.add_argument("action", choices=("upgrade", "current"))
@@ -427,7 +459,7 @@ def _db(argv: Sequence[str]) -> int:
 
 
 COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
-            "sites": _sites, "db": _db}
+            "ingest": _ingest, "sites": _sites, "db": _db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from .phases import phase
 SPEC_FILE = "spec.json"
 STARTED_FILE = "command.txt"   # written when the MPI job starts
 LOG_FILE = "workload.log"
+JOB_FILE = "job.json"          # where and how the MPI job ran: the scheduler's job id, exit code, wall time
 _JOB_ID_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID")
 KILL_GRACE_SECONDS = 10.0
 
@@ -169,6 +170,8 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         code, timed_out = _run_group(cmd, env, run_dir, run_dir / LOG_FILE, spec.run_timeout)
     wall = time.monotonic() - t0
     job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
+    (run_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "exit_code": code, "timed_out": timed_out,
+                                                "wall_seconds": wall}) + "\n")
     if timed_out:
         raise RunTimedOut(f"timeout: the run passed its time limit of {spec.run_timeout:.0f} s and was stopped "
                           f"(run_timeout=SECONDS raises it; log: {run_dir / LOG_FILE})")

@@ -38,6 +38,7 @@ from .runspec import build_run_spec, run_key
 from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 
 HEARTBEAT_EVERY = 5.0
+INGEST_RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)   # about a minute for a database server to come back
 
 
 def default_run_timeout(site: SiteConfig) -> float | None:
@@ -96,6 +97,9 @@ class SweepRecorder:
         self.ended: set[int] = set()
         self.progress: SweepProgress | None = None
         self.failed: set[int] = set()
+        self.not_ingested: set[int] = set()
+        self.jobs_dir: Path | None = None
+        self.db_down = False
         self._last_beat = 0.0
 
     # -- before anything is submitted ---------------------------------------------------
@@ -122,6 +126,7 @@ class SweepRecorder:
 
     def before_submit(self, jobs: Sequence[SweepJob]) -> list[bool]:
         specs = self._validate(jobs)
+        self.jobs_dir = jobs[0].output_dir.parent if jobs else None
         for job, spec in zip(jobs, specs):
             self.specs[job.idx] = spec
             self.labels[job.idx] = run_label(spec)
@@ -186,16 +191,44 @@ class SweepRecorder:
 
     # -- while jobs run ------------------------------------------------------------------
 
+    # -- the database may go away for a while (a server restart): runs go on, their results
+    #    stay in their folders, and what could not be written is retried or left to `ingest`
+
+    def _db(self, what: str, fn, *args, retries: tuple[float, ...] = (), **kwargs) -> bool:
+        """Call a database write; True if it happened. On a lost connection, retry after
+        each delay in ``retries``, then give up with one line (once per outage)."""
+        from sqlalchemy.exc import DBAPIError
+
+        for delay in (*retries, None):
+            try:
+                fn(*args, **kwargs)
+                if self.db_down:
+                    self.console.print("[green]database reachable again[/green]")
+                    self.db_down = False
+                return True
+            except DBAPIError as exc:
+                if not (exc.connection_invalidated or isinstance(exc.orig, (OSError,)) or
+                        type(exc).__name__ in ("OperationalError", "InterfaceError")):
+                    raise
+                if not self.db_down:
+                    self.console.print(f"[yellow]database unreachable ({what}): runs go on, their results stay in "
+                                       f"their folders[/yellow]")
+                    self.db_down = True
+                if delay is None:
+                    return False
+                time.sleep(delay)
+        return False
+
     def on_poll(self, running: Sequence[SweepJob]) -> None:
         newly = [j for j in running if j.idx not in self.started and (j.output_dir / STARTED_FILE).exists()]
         if newly:
-            mark_running(self.engine, [self.run_ids[j.idx] for j in newly])
+            self._db("marking runs started", mark_running, self.engine, [self.run_ids[j.idx] for j in newly])
             for job in newly:
                 self.started.add(job.idx)
                 self.progress.started(f"#{job.idx} {self.labels[job.idx]}")
         now = time.monotonic()
         if now - self._last_beat > HEARTBEAT_EVERY:
-            heartbeat(self.engine, [self.run_ids[j.idx] for j in running], self.driver)
+            self._db("heartbeat", heartbeat, self.engine, [self.run_ids[j.idx] for j in running], self.driver)
             self._last_beat = now
         self.progress.refresh(running=len(self.started - self.ended))
 
@@ -207,7 +240,12 @@ class SweepRecorder:
         if result.status == JobStatus.COMPLETED:
             value = result.return_value
             try:
-                ingest_run(self.engine, run_id, job.output_dir, job_id=value.get("job_id"))
+                if not self._db("ingesting", ingest_run, self.engine, run_id, job.output_dir,
+                                job_id=value.get("job_id"), retries=INGEST_RETRIES):
+                    self.not_ingested.add(job.idx)
+                    self.progress.failed(label, f"finished, but not ingested: the database is unreachable "
+                                                f"(results in {job.output_dir})", running)
+                    return
             except (IngestError, OSError, ValueError) as exc:
                 self.failed.add(job.idx)
                 mark_failed(self.engine, run_id, f"ingestion failed: {exc}")
@@ -233,16 +271,22 @@ class SweepRecorder:
         if self.progress is not None:
             self.progress.stop()
         for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
-            mark_failed(self.engine, self.run_ids[idx], "interrupted: the sweep stopped before this run ended")
+            self._db("recording interrupted runs", mark_failed, self.engine, self.run_ids[idx],
+                     "interrupted: the sweep stopped before this run ended")
         SweepRecorder.last_outcome = {"study": OmegaConf.select(self.config, "study_name"),
                                       "submitted": len(self.submitted), "failed": len(self.failed),
-                                      "done": len(self.ended - self.failed),
-                                      "stopped": len(self.submitted - self.ended)}
+                                      "done": len(self.ended - self.failed - self.not_ingested),
+                                      "stopped": len(self.submitted - self.ended),
+                                      "not_ingested": len(self.not_ingested)}
         from .sweep_table import print_sweep_table
 
         run_ids = list(self.run_ids.values())
         if run_ids and not SweepRecorder.last_outcome["stopped"]:  # an interrupted sweep says so in one line
-            print_sweep_table(self.engine, run_ids, title=f"study {OmegaConf.select(self.config, 'study_name')}: "
-                                                          "this sweep's runs")
+            self._db("printing the table", print_sweep_table, self.engine, run_ids,
+                     title=f"study {OmegaConf.select(self.config, 'study_name')}: this sweep's runs")
+        if self.not_ingested:
+            folders = sorted({str(self.jobs_dir)}) if self.jobs_dir else []
+            self.console.print(f"[yellow]{len(self.not_ingested)} finished run(s) are not in the database yet; when "
+                               f"it is back: scalestudy ingest {' '.join(folders)}[/yellow]")
         self.engine.dispose()
 
