@@ -66,6 +66,8 @@ class SweepObserver(Protocol):
     def close(self, results: Sequence[JobReturn]) -> None:
         """Called once all jobs ended (or the sweep was interrupted)."""
 
+    # Optional: ``before_launch(job) -> bool``, asked right before each job is submitted
+    # (False: skip it, e.g. another sweep has taken the run over while it waited).
     # Optional: ``absorbs_failures = True`` when the observer records failed jobs itself;
     # the launcher then returns them as completed (value ``FAILED``) instead of letting
     # Hydra's sweeper raise the first one after the sweep.
@@ -226,12 +228,17 @@ class ParslLauncher(Launcher):
             queued = list(to_run)
             # The site may cap runs in flight across all its allocations (a queue's
             # per-user job limit; on a test cluster whose nodes share cores, clean timings).
-            cap = site.max_runs_in_flight or len(to_run)
+            # On the local site runs go one at a time anyway: feed them singly, so that each is
+            # re-checked (``before_launch``) right before it starts rather than queued early.
+            cap = site.max_runs_in_flight or (site.max_concurrent_runs if site.provider == "local" else len(to_run))
             pending: set[concurrent.futures.Future] = set()
 
             def submit_more() -> None:
                 while queued and len(pending) < cap:
                     job = queued.pop(0)
+                    if observer is not None and hasattr(observer, "before_launch") and not observer.before_launch(job):
+                        results[job.idx] = self._skipped_return(job)
+                        continue
                     parts = (self.hydra_context, job.config, self.task_function, singleton_state)
                     fut = pool.submit(parts, job.num_nodes, job.ranks_per_node, job.launcher_options)
                     futures[fut] = job

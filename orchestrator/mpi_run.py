@@ -103,7 +103,8 @@ def stop_running() -> int:
 def _run_group(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout: float | None) -> tuple[int, bool]:
     """(exit code, timed out): the launcher in a new process group, stopped as a whole on timeout."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                preexec_fn=_terminate_with_parent)
         with _running_lock:
             _running.add(proc)
         try:
@@ -119,6 +120,18 @@ def _run_group(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, t
         finally:
             with _running_lock:
                 _running.discard(proc)
+
+
+def _terminate_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The launcher gets SIGTERM when the process that started it dies, even by SIGKILL (Linux's
+    parent-death signal): mpiexec and srun then stop their ranks, so a killed driver or worker
+    leaves no MPI job behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -25,7 +25,8 @@ from rich.console import Console
 
 from results_db import connect
 from results_db.ingest import IngestError, ingest_run
-from results_db.runs import PlannedRun, heartbeat, mark_failed, mark_running, register_runs
+from results_db.runs import (HEARTBEAT_STALE_SECONDS, PlannedRun, claim, heartbeat, mark_failed, mark_running,
+                             register_runs)
 from results_db.store import safe_url
 from workloads.spec import RunSpec
 
@@ -141,6 +142,9 @@ class SweepRecorder:
         submit = []
         for job, decision in zip(jobs, decisions):
             self.run_ids[job.idx] = decision.run_id
+            if decision.submit and self._recovered(job, decision):
+                submit.append(False)
+                continue
             submit.append(decision.submit)
             if decision.submit:
                 self.submitted.add(job.idx)
@@ -150,12 +154,56 @@ class SweepRecorder:
                 self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done "
                                    f"(run_key {decision.run_key}; --rerun forces)[/dim]")
             else:
+                wait = max(0.0, HEARTBEAT_STALE_SECONDS - (decision.heartbeat_age or 0.0))
                 self.console.print(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: in progress under sweep "
-                                   f"{decision.driver} (run_key {decision.run_key})[/yellow]")
+                                   f"{decision.driver} (run_key {decision.run_key}; if that sweep has stopped, this "
+                                   f"command takes its runs over in {wait:.0f} s)[/yellow]")
         self.console.print(f"study [bold]{specs[0].study}[/bold]: {len(jobs)} runs, {sum(submit)} to launch on "
                            f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
         self.progress = SweepProgress(self.console, total=sum(submit))
         return submit
+
+    def _recovered(self, job: SweepJob, decision) -> bool:
+        """A run taken over from a sweep that stopped: if it had finished in that sweep's
+        folder, its results are ingested from there instead of running it again."""
+        old = Path(decision.taken_over_from) if decision.taken_over_from else None
+        if old is None:
+            return False
+        spec = self.specs[job.idx]
+        if not (old / "result.json").is_file() and spec.workload_kind == "command":
+            # a command's result is written by the driver once the job ends; if every rank's
+            # program ended (the wrapper recorded it), that summary can be made from here
+            from workloads.command import ended_by_themselves, summarize
+            from workloads.metrics import write_result
+
+            if ended_by_themselves(old, spec.world_size):   # not killed with their stopped sweep
+                write_result(old, summarize(spec, old, 0, None, launcher_log=old / "workload.log"))
+        if not (old / "result.json").is_file():
+            return False
+        try:
+            ingest_run(self.engine, decision.run_id, old)
+        except (IngestError, OSError, ValueError):
+            return False
+        from results_db.runs import set_run_dir
+
+        set_run_dir(self.engine, decision.run_id, str(old))
+        self.console.print(f"[cyan]recovered #{job.idx} {self.labels[job.idx]}: it had finished under a sweep "
+                           f"that stopped; ingested from {old}[/cyan]")
+        return True
+
+    def before_launch(self, job: SweepJob) -> bool:
+        """Re-checked right before the run is submitted: still ours? (If another sweep took it
+        over while it waited behind a cap, it is not run here too.)"""
+        ours: list[bool] = []
+        if not self._db("claiming a run", lambda: ours.append(claim(self.engine, self.run_ids[job.idx], self.driver))):
+            return True   # the database is unreachable: as far as this sweep knows, the run is its own
+        if ours[0]:
+            return True
+        self.submitted.discard(job.idx)
+        self.console.print(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: another sweep has taken it over[/yellow]")
+        if self.progress is not None:
+            self.progress.total -= 1
+        return False
 
     def launcher_options(self, job: SweepJob) -> str:
         from .parsl_config import launch_flags
@@ -228,7 +276,10 @@ class SweepRecorder:
                 self.progress.started(f"#{job.idx} {self.labels[job.idx]}")
         now = time.monotonic()
         if now - self._last_beat > HEARTBEAT_EVERY:
-            self._db("heartbeat", heartbeat, self.engine, [self.run_ids[j.idx] for j in running], self.driver)
+            # every run this sweep holds, in flight or waiting behind a cap: a waiting run that
+            # went stale would be taken over by another sweep and then run twice
+            owned = [self.run_ids[i] for i in sorted(self.submitted - self.ended)]
+            self._db("heartbeat", heartbeat, self.engine, owned, self.driver)
             self._last_beat = now
         self.progress.refresh(running=len(self.started - self.ended))
 

@@ -7,6 +7,8 @@ interrupted one is planned again, so two sweeps of one study never duplicate row
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -39,9 +41,28 @@ class RunDecision:
     previous_status: str | None
     reason: str | None = None      # why not submitted: "done", or "in progress" (another live sweep drives it)
     driver: str | None = None
+    heartbeat_age: float | None = None   # seconds since that sweep's last heartbeat
+    taken_over_from: str | None = None   # the run folder of a stopped sweep this run was taken from
 
 
-HEARTBEAT_STALE_SECONDS = 60.0
+# A sweep that has not heartbeated its runs for this long is taken to have stopped (tests shorten it).
+HEARTBEAT_STALE_SECONDS = float(os.environ.get("SCALESTUDY_HEARTBEAT_STALE", "60"))
+
+
+def driver_alive(driver: str | None, now: float, beat: float | None) -> bool:
+    """Whether the sweep ``driver`` ("host:pid") still drives its runs: on this host a dead
+    pid tells at once; elsewhere a heartbeat older than ``HEARTBEAT_STALE_SECONDS`` does."""
+    if not driver or not beat:
+        return False
+    host, _, pid = driver.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+    return now - beat < HEARTBEAT_STALE_SECONDS
 
 
 def get_or_create_study(session: Session, name: str) -> Study:
@@ -77,9 +98,11 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
                 decisions.append(RunDecision(run.id, p.run_key, False, previous, "done"))
                 continue
             if (run is not None and run.status in ("pending", "running") and run.driver and run.driver != driver
-                    and run.heartbeat and now - run.heartbeat < HEARTBEAT_STALE_SECONDS):
-                decisions.append(RunDecision(run.id, p.run_key, False, previous, "in progress", run.driver))
+                    and driver_alive(run.driver, now, run.heartbeat)):
+                decisions.append(RunDecision(run.id, p.run_key, False, previous, "in progress", run.driver,
+                                             now - run.heartbeat))
                 continue
+            taken_over = run.run_dir if run is not None and run.status in ("pending", "running") else None
             if run is None:
                 run = Run(study_id=study.id, run_key=p.run_key)
                 session.add(run)
@@ -102,8 +125,18 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.steps = run.metrics = run.exit_code = run.output_tail = None
             run.started_at = run.finished_at = run.ingested_at = None
             session.flush()
-            decisions.append(RunDecision(run.id, p.run_key, True, previous))
+            decisions.append(RunDecision(run.id, p.run_key, True, previous, taken_over_from=taken_over))
     return decisions
+
+
+def claim(engine: Engine, run_id: int, driver: str) -> bool:
+    """Right before a run is submitted: is it still this driver's? (Another sweep takes over
+    runs whose driver stopped heartbeating.) Refreshes the heartbeat when it is."""
+    with Session(writer(engine)) as session, session.begin():
+        result = session.execute(update(Run).where(Run.id == run_id, Run.driver == driver,
+                                                   Run.status.in_(("pending", "running")))
+                                 .values(heartbeat=time.time()))
+        return result.rowcount == 1
 
 
 def heartbeat(engine: Engine, run_ids: Iterable[int], driver: str) -> None:
@@ -127,3 +160,8 @@ def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed")
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
         run.status, run.error, run.finished_at = status, error[-4000:], utcnow()
+
+
+def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:
+    with Session(writer(engine)) as session, session.begin():
+        session.execute(update(Run).where(Run.id == run_id).values(run_dir=run_dir))

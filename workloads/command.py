@@ -200,6 +200,13 @@ def _exit_codes(run_dir: Path, world_size: int) -> dict[int, tuple[int, float]]:
     return codes
 
 
+def ended_by_themselves(run_dir: Path, world_size: int) -> bool:
+    """Whether every rank's program ended (the wrapper wrote its run_end record), none of
+    them killed by a signal: such a run can be summarised from its folder alone."""
+    codes = _exit_codes(run_dir, world_size)
+    return len(codes) == world_size and all(code < 128 for code, _ in codes.values())
+
+
 def first_failure(codes: dict[int, tuple[int, float]]) -> int | None:
     """The rank whose failure came first: its peers often fail after it (a lost connection,
     the launcher's kill), so the earliest program that exited by itself with an error is
@@ -208,7 +215,7 @@ def first_failure(codes: dict[int, tuple[int, float]]) -> int | None:
     return min(failed)[2] if failed else None
 
 
-def summarize(spec: RunSpec, run_dir: Path, launcher_exit: int, wall_seconds: float,
+def summarize(spec: RunSpec, run_dir: Path, launcher_exit: int, wall_seconds: float | None,
               launcher_log: Path | None = None) -> dict:
     """The run's ``result.json`` once its whole MPI job has ended: exit code, output tail,
     wall time, and the metrics from patterns and from ``report.result`` (patterns win).

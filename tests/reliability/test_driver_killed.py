@@ -1,0 +1,94 @@
+"""A sweep driver killed with SIGKILL, and the same command run again at once: every run
+ends exactly once, and the killed driver's MPI job does not outlive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from results_db import connect
+from results_db.schema import Run
+
+from conftest import env_with_bin, scalestudy
+
+pytestmark = pytest.mark.mpi
+
+
+def _args(tmp_path, marker: str, sweep_dir: str) -> list[str]:
+    program = f"import time; time.sleep(4); print('throughput: 2 samples/s')  # {marker}"
+    return ["sweep", "study_name=killed", "nodes=1", "workers_per_node=1", "workload.kind=command",
+            f"workload.command=[python,-c,{program!r}]", "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'",
+            "+params.i=0,1", f"hydra.sweep.dir={tmp_path / sweep_dir}"]
+
+
+def test_sigkill_then_the_same_command_runs_everything_exactly_once(tmp_path):
+    marker = f"killed-{os.getpid()}-{time.time_ns()}"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *_args(tmp_path, marker, "mr1")], cwd=tmp_path,
+                            env=env_with_bin(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "mr1" / "0" / "command.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0   # run 0 is running
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # the killed driver's MPI job goes with it (the launcher's parent-death signal)
+    deadline = time.monotonic() + 15
+    while subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0, "the MPI job outlived its driver"
+    t0 = time.monotonic()
+    again = scalestudy(*_args(tmp_path, marker, "mr2"), cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    # on this host a dead driver's pid tells at once: no waiting for its heartbeat to go stale
+    assert "in progress under sweep" not in again.stderr and time.monotonic() - t0 < 45
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+    assert [(r.status, r.throughput) for r in runs] == [("done", 2.0), ("done", 2.0)]
+    # each run executed to the end exactly once: only the second sweep's folders hold results
+    assert not list((tmp_path / "mr1").glob("*/result.json"))
+    assert len(list((tmp_path / "mr2").glob("*/result.json"))) == 2
+
+
+def test_a_frozen_driver_whose_runs_were_taken_over_runs_none_of_them_again(tmp_path):
+    """Driver A is frozen (SIGSTOP) with run 0 running and run 1 waiting behind the local site's
+    one-at-a-time cap; its heartbeats go stale, and the same command, B, takes both over: run 0
+    had finished in A's folder, so B ingests it from there instead of running it again; B runs
+    run 1. Resumed, A re-checks run 1 before starting it and leaves it to B: every run ran once."""
+    marker = f"frozen-{os.getpid()}-{time.time_ns()}"
+    env = env_with_bin({"SCALESTUDY_HEARTBEAT_STALE": "3"})
+    a = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *_args(tmp_path, marker, "mr1")], cwd=tmp_path,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "mr1" / "0" / "command.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "mr1" / "0" / "result.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)   # A's MPI job runs on (its own process group) and finishes
+        time.sleep(3.5)       # A's heartbeats are stale now
+        b = scalestudy(*_args(tmp_path, marker, "mr2"), cwd=tmp_path, env={"SCALESTUDY_HEARTBEAT_STALE": "3"},
+                       timeout=300)
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert b.returncode == 0, b.stderr[-3000:]
+    assert "recovered #0" in b.stderr and "ingested from" in b.stderr
+    out, err = a.communicate(timeout=120)
+    assert a.returncode == 0, err[-3000:]
+    assert "skip #1" in err and "another sweep has taken it over" in err
+    assert not (tmp_path / "mr1" / "1" / "command.txt").exists()      # A never started run 1
+    assert not (tmp_path / "mr2" / "0" / "command.txt").exists()      # B never started run 0
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+    assert [(r.status, r.throughput) for r in runs] == [("done", 2.0), ("done", 2.0)]
+    assert runs[0].run_dir == str(tmp_path / "mr1" / "0") and runs[1].run_dir == str(tmp_path / "mr2" / "1")
