@@ -32,8 +32,13 @@ def _one_line(exc: BaseException) -> str:
     """Hydra's and OmegaConf's multi-line messages, folded to the line a user needs."""
     from hydra.errors import MissingConfigException
 
+    from hydra.errors import OverrideParseException
+
     from .config_schema import explain_unknown_key
 
+    if isinstance(exc, OverrideParseException):
+        return (f"invalid override {exc.override!r}: Hydra cannot parse it (quote a value that holds spaces or "
+                "; $ ( ) ` characters: key='value')")
     unknown = explain_unknown_key(str(exc))
     if unknown:
         return unknown
@@ -53,6 +58,7 @@ def _one_line(exc: BaseException) -> str:
 def _sweep(argv: Sequence[str]) -> int:
     """Hydra multirun of the app. Errors come back here (not to Hydra's reporter) so
     that each is one line; set HYDRA_FULL_ERROR=1 for Hydra's full traces instead."""
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -99,6 +105,14 @@ def _sweep(argv: Sequence[str]) -> int:
         print(f"interrupted: {outcome.get('done', 0)} runs done, {outcome.get('stopped', 0)} stopped; rerun the "
               "same command to resume", file=sys.stderr)
         return 130
+    except yaml.YAMLError as exc:   # a study or config file that is not YAML
+        if full_errors:
+            raise
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+        print(f"scalestudy: error: invalid config: {where}: not valid YAML ({getattr(exc, 'problem', None) or exc})",
+              file=sys.stderr)
+        return 2
     except (ScalestudyError, HydraException, OmegaConfBaseException) as exc:
         if full_errors:
             raise
