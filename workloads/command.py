@@ -31,6 +31,7 @@ from .spec import RunSpec
 
 OUTPUT_DIR = "output"
 OUTPUT_DRAIN_SECONDS = 2.0
+ABORT_POLL_SECONDS, ABORT_GRACE_SECONDS = 0.5, 5.0
 ATTEMPT_ENV, LAUNCH_DIR_ENV = "SCALESTUDY_ATTEMPT", "SCALESTUDY_LAUNCH_DIR"
 RENDEZVOUS_SECONDS = 300.0
 # the rank variable of each launcher: MPICH/Hydra and srun's PMI, srun, Cray PALS, aprun, Open MPI, PMIx
@@ -148,17 +149,39 @@ def main(argv: list[str] | None = None) -> int:
         return 127
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    abort_file = run_dir / f".abort-{env.get(ATTEMPT_ENV, '0')}"
     with open(out_path, "wb") as log:
         copier = threading.Thread(target=_copy_output, args=(child.stdout, log), daemon=True)
         copier.start()
-        code = child.wait()
+        code = _wait_or_abort(child, abort_file)
         # a process the program left in the background may hold its output open: do not wait for it
         copier.join(timeout=OUTPUT_DRAIN_SECONDS)
     sys.stdout.flush()
     code = code if code >= 0 else 128 - code   # killed by signal N: 128 + N, as a shell reports it
+    if code != 0 and not abort_file.exists():
+        abort_file.write_text(f"rank {rank} exited with {code}\n")   # tell the other ranks
     report.append_record(metrics, "run_end", {"status": "done" if code == 0 else "failed", "exit_code": code,
                                               "seconds": time.monotonic() - t0, "t": time.time()})
     return code
+
+
+def _wait_or_abort(child: subprocess.Popen, abort_file: Path) -> int:
+    """The program's exit code. If another rank's program failed first (its wrapper wrote
+    ``abort_file`` in the shared run folder), this one is stopped: peers of a failed rank
+    would otherwise wait for it forever (a gloo collective, a barrier). MPI launchers do
+    this for MPI programs; a program that only uses torch.distributed needs it from here."""
+    while True:
+        try:
+            return child.wait(timeout=ABORT_POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        if abort_file.exists():
+            child.terminate()
+            try:
+                return child.wait(timeout=ABORT_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.wait()
 
 
 def _copy_output(stream, log) -> None:
