@@ -18,7 +18,7 @@ commands:
   sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
                                     run a study's sweep (Hydra overrides; see README)
   status [--study S] [--failed]     runs per study: pending, running, done, failed (--failed: why, and the log)
-  query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG]
+  query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG] [--attempts all]
                                     one row per run (or per group): table, CSV, JSON, Parquet
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
   figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
@@ -305,6 +305,9 @@ def _query(argv: Sequence[str]) -> int:
     parser.add_argument("--group-by", default=None, help="comma-separated axes to group runs by")
     parser.add_argument("--agg", action="append", default=None,
                         help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std)")
+    parser.add_argument("--attempts", choices=("latest", "all"), default="latest",
+                        help="latest: each run's newest attempt (default); all: also the earlier ones a rerun "
+                             "or a retry kept (column attempt)")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", default=None, help="write to this file (needed for parquet)")
     _db_args(parser)
@@ -328,12 +331,14 @@ def _query(argv: Sequence[str]) -> int:
                 column, _, aggs = spec.partition(":")
                 metrics[column.strip()] = [a.strip() for a in (aggs or "mean").split(",")]
             frame = compare.aggregate(engine, [c.strip() for c in args.group_by.split(",")], metrics,
-                                      study=args.study, where=args.where)
+                                      study=args.study, where=args.where, attempts=args.attempts)
         else:
             columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
-            frame = query.runs(engine, study=args.study, where=args.where, columns=columns)
+            if args.attempts == "all" and not args.columns:
+                columns[1:1] = ["attempt", "latest"]
+            frame = query.runs(engine, study=args.study, where=args.where, columns=columns, attempts=args.attempts)
             if not args.columns:
-                frame = with_json_keys(engine, frame, args.study, args.where)
+                frame = with_json_keys(engine, frame, args.study, args.where, attempts=args.attempts)
         render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
     except (query.QueryError, compare.CompareError, ValueError, _NoDatabase, _OlderSchema) as exc:
         return _fail(str(exc))

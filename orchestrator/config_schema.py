@@ -40,6 +40,13 @@ WORKLOAD_KEYS: dict[str, tuple[Any, str]] = {
     "metrics": ({}, "command workloads: NAME: {pattern: REGEX with one group, reduce: last, ranks: 0, "
                     "ranks_reduce: mean, required: true}; throughput is the headline metric"),
 }
+# retries.*: how often a failed run is started again, by why it failed (orchestrator/retry_policy.py).
+# A run that fails while being set up (bad config, an import or a factory that raises) never is.
+RETRY_KEYS: dict[str, tuple[Any, str]] = {
+    "crash": (0, "retries of a run whose MPI job failed (a rank crashed or was killed)"),
+    "timeout": (0, "retries of a run stopped at its run_timeout"),
+    "node_lost": (2, "retries of a run whose batch job or node died under it (on a new allocation)"),
+}
 MISSING = "???"
 
 
@@ -73,6 +80,7 @@ def _build_schema() -> type:
         nested["workload"].setdefault(key, default)
     for key, (default, _) in SETTINGS.items():
         top[key] = default
+    nested["retries"] = {k: d for k, (d, _) in RETRY_KEYS.items()}
     fields: list[tuple[str, Any, Any]] = [(k, Any, _field(v)) for k, v in top.items()]
     for group, values in nested.items():
         node = dataclasses.make_dataclass(f"{group.title()}Config", [(k, Any, _field(v)) for k, v in values.items()])
@@ -110,6 +118,7 @@ def key_help() -> list[tuple[str, Any, str]]:
     rows = [(f.config, config_default(f), f.help) for f in FIELDS if f.config]
     rows += [(f"workload.{k}", d, h) for k, (d, h) in WORKLOAD_KEYS.items() if k != "kind"]
     rows += [(k, d, h) for k, (d, h) in SETTINGS.items()]
+    rows += [(f"retries.{k}", d, h) for k, (d, h) in RETRY_KEYS.items()]
     return rows
 
 
@@ -123,7 +132,7 @@ register()
 _NOT_IN = re.compile(r"(?:In '(?P<source>[^']+)':.*?)?Key '(?P<key>[^']+)' (?:not in|is not in struct)(?: '(?P<node>\w+)')?",
                      re.DOTALL)
 _NO_OVERRIDE = re.compile(r"Could not (?:override|append to config)[^']*'(?P<key>[^']+)'")
-_NODE_PREFIX = {"ImbalanceConfig": "imbalance.", "WorkloadConfig": "workload."}
+_NODE_PREFIX = {"ImbalanceConfig": "imbalance.", "WorkloadConfig": "workload.", "RetriesConfig": "retries."}
 
 
 def unknown_key(key: str, source: str | None = None) -> str:

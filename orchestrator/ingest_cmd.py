@@ -48,7 +48,10 @@ def run_folders(paths: Iterable[Path]) -> Iterator[Path]:
 def not_ingested(engine: Engine) -> list[Path]:
     """Folders of runs the database knows but never ingested, whose result is there now."""
     with Session(engine) as session:
-        dirs = session.scalars(select(Run.run_dir).where(Run.ingested_at.is_(None), Run.run_dir.is_not(None))).all()
+        # the latest attempts whose sweep could not record their end (the database was away, the sweep stopped)
+        dirs = session.scalars(select(Run.run_dir).where(Run.ingested_at.is_(None), Run.run_dir.is_not(None),
+                                                         Run.latest.is_(True),
+                                                         Run.status.in_(("pending", "running")))).all()
     return [Path(d) for d in dirs if (Path(d) / "result.json").is_file()]
 
 
@@ -61,10 +64,14 @@ def _job_id(folder: Path) -> str | None:
         return None
 
 
-def _find(engine: Engine, study: str, key: str) -> tuple[int, bool] | None:
+def _find(engine: Engine, study: str, key: str, folder: Path) -> tuple[int, bool] | None:
+    """The attempt this folder holds: the one recorded with this folder, else the run's latest."""
+    base = select(Run.id, Run.ingested_at).join(Study, Run.study_id == Study.id).where(Study.name == study,
+                                                                                       Run.run_key == key)
     with Session(engine) as session:
-        row = session.execute(select(Run.id, Run.ingested_at).join(Study, Run.study_id == Study.id)
-                              .where(Study.name == study, Run.run_key == key)).one_or_none()
+        row = session.execute(base.where(Run.run_dir == str(folder.absolute())).order_by(Run.attempt.desc())
+                              .limit(1)).one_or_none() or \
+            session.execute(base.where(Run.latest.is_(True))).one_or_none()
     return None if row is None else (row[0], row[1] is not None)
 
 
@@ -83,7 +90,7 @@ def ingest_folders(engine: Engine, folders: Iterable[Path], on_line=print) -> In
             on_line(f"  skip    {label}: not finished (no result.json)")
             continue
         key = run_key(spec)
-        found = _find(engine, spec.study, key)
+        found = _find(engine, spec.study, key, folder)
         if found is None:
             [decision] = register_runs(engine, spec.study, [PlannedRun(key, spec.to_dict(), str(folder.absolute()))],
                                        driver="scalestudy-ingest")
@@ -101,5 +108,10 @@ def ingest_folders(engine: Engine, folders: Iterable[Path], on_line=print) -> In
             on_line(f"  fail    {label}: {exc}")
             continue
         report.ingested.append(label)
-        on_line(f"  ingest  {label}: run {run_id} (study {spec.study})")
+        with Session(engine) as session:
+            status, error = session.execute(select(Run.status, Run.error).where(Run.id == run_id)).one()
+        if status == "partial":
+            on_line(f"  partial {label}: run {run_id} (study {spec.study}): {error}")
+        else:
+            on_line(f"  ingest  {label}: run {run_id} (study {spec.study})")
     return report

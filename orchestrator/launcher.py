@@ -60,8 +60,9 @@ class SweepObserver(Protocol):
     def on_poll(self, running: Sequence[SweepJob]) -> None:
         """Called about every ``poll_seconds`` while jobs run."""
 
-    def on_job_end(self, job: SweepJob, result: JobReturn) -> None:
-        """Called in this process as each job ends, in completion order."""
+    def on_job_end(self, job: SweepJob, result: JobReturn) -> Optional[bool]:
+        """Called in this process as each job ends, in completion order. True: run the job again
+        (a retry; the observer has recorded the attempt that ended)."""
 
     def close(self, results: Sequence[JobReturn]) -> None:
         """Called once all jobs ended (or the sweep was interrupted)."""
@@ -74,6 +75,11 @@ class SweepObserver(Protocol):
 
     # Optional: ``launcher_options(job) -> str``, extra MPI launcher flags for one job
     # (e.g. the binding flags its threads per rank call for).
+
+    # Optional: ``lost_jobs(running, ended_batch_jobs) -> {job idx: exception}``, asked at each
+    # poll on sites with a scheduler: jobs whose batch job has ended under them (a node failed).
+    # ``ended_batch_jobs(ids)`` asks the scheduler which of these batch job ids have ended. A lost
+    # job's task is abandoned (its worker is gone) and it ends as failed with that exception.
 
 
 def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional[dict] = None,
@@ -244,6 +250,15 @@ class ParslLauncher(Launcher):
                     futures[fut] = job
                     pending.add(fut)
 
+            def job_ended(job: SweepJob, ret: JobReturn) -> None:
+                results[job.idx] = ret
+                if observer:
+                    with phase("ingest"):
+                        if observer.on_job_end(job, ret):   # a retry: the job goes back in the queue
+                            queued.append(job)
+
+            watch_lost = observer is not None and hasattr(observer, "lost_jobs") and \
+                hasattr(pool, "ended_batch_jobs")
             submit_more()
             while pending:
                 with phase("runs"):
@@ -251,11 +266,12 @@ class ParslLauncher(Launcher):
                                                           return_when=concurrent.futures.FIRST_COMPLETED)
                 pending.intersection_update(still)
                 for fut in done:
-                    job = futures[fut]
-                    results[job.idx] = self._job_return(job, fut)
-                    if observer:
-                        with phase("ingest"):
-                            observer.on_job_end(job, results[job.idx])
+                    job_ended(futures[fut], self._job_return(futures[fut], fut))
+                if watch_lost and pending:
+                    lost = observer.lost_jobs([futures[f] for f in pending], pool.ended_batch_jobs)
+                    for fut in [f for f in pending if futures[f].idx in lost]:
+                        pending.discard(fut)   # abandoned: its worker went with its batch job
+                        job_ended(futures[fut], self._failed_return(futures[fut], lost[futures[fut].idx]))
                 submit_more()
                 if observer and pending:
                     with phase("poll"):
@@ -296,11 +312,14 @@ class ParslLauncher(Launcher):
             value = fut.result()
             return value if isinstance(value, JobReturn) else cloudpickle.loads(value)
         except Exception as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
-            ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
-                            task_name=str(OmegaConf.select(job.config, "hydra.job.name")),
-                            status=JobStatus.FAILED)
-            ret._return_value = exc
-            return ret
+            return self._failed_return(job, exc)
+
+    @staticmethod
+    def _failed_return(job: SweepJob, exc: BaseException) -> JobReturn:
+        ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
+                        task_name=str(OmegaConf.select(job.config, "hydra.job.name")), status=JobStatus.FAILED)
+        ret._return_value = exc
+        return ret
 
     @staticmethod
     def _skipped_return(job: SweepJob) -> JobReturn:

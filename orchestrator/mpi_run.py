@@ -175,14 +175,16 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         # in a batch job the site's worker_init has set PATH (its own launcher may come first); only
         # a launcher found nowhere is looked for in the environment's bin/
         env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{bin_dir}"
-    for stale in ("result.json",):
+    for stale in ("result.json", JOB_FILE):
         (run_dir / stale).unlink(missing_ok=True)
+    job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
+    # the batch job this run is in, for the driver to notice if it ends under the run (a lost node)
+    (run_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "running": True}) + "\n")
     (run_dir / STARTED_FILE).write_text(shlex.join(cmd) + "\n")
     t0 = time.monotonic()
     with phase("mpi_job"):  # recorded when the run executes in the driver's process (the local site)
         code, timed_out = _run_group(cmd, env, run_dir, run_dir / LOG_FILE, spec.run_timeout)
     wall = time.monotonic() - t0
-    job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
     (run_dir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "exit_code": code, "timed_out": timed_out,
                                                 "wall_seconds": wall}) + "\n")
     if timed_out:

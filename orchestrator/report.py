@@ -54,9 +54,11 @@ def _table(frame: pd.DataFrame, title: str | None) -> Table:
     return table
 
 
-def with_json_keys(engine, frame: pd.DataFrame, study=None, where=None, run_ids=None) -> pd.DataFrame:
+def with_json_keys(engine, frame: pd.DataFrame, study=None, where=None, run_ids=None,
+                   attempts: str = "latest") -> pd.DataFrame:
     """``frame`` (from ``query.runs``) with a column per free parameter and reported metric these runs have."""
-    extra = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=["run_id", "params", "metrics"])
+    extra = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=["run_id", "params", "metrics"],
+                       attempts=attempts)
     extra = query.expand_json(query.expand_json(extra, "params"), "metrics").drop(columns=["params", "metrics"])
     keys = [c for c in extra.columns if c != "run_id" and extra[c].notna().any() and c not in frame.columns]
     if not keys or "run_id" not in frame.columns:
@@ -70,7 +72,7 @@ def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, s
     render(with_json_keys(engine, frame, study, where, run_ids), "table", title=title)
 
 
-FAILED_STATES = ("failed", "timeout", "partial")
+FAILED_STATES = ("failed", "timeout", "partial", "lost")
 
 
 def print_failed_runs(engine, study: str | None = None) -> None:

@@ -77,6 +77,23 @@ class ParslRunPool:
         self.dfk.cleanup()
         parsl.clear()
 
+    def ended_batch_jobs(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of these scheduler job ids (the batch jobs runs report they are in), those that have
+        ended, with the scheduler's state (FAILED for a node failure, CANCELLED, COMPLETED ...).
+        Asks the scheduler now, through each executor's own provider."""
+        ended: dict[str, str] = {}
+        for executor in self.dfk.executors.values():
+            provider = getattr(executor, "provider", None)
+            known = [j for j in job_ids if provider is not None and j in getattr(provider, "resources", {})]
+            if not known:
+                continue
+            try:
+                states = provider.status(known)
+            except Exception:  # the scheduler did not answer: ask again at the next poll
+                continue
+            ended.update({j: s.state.name for j, s in zip(known, states) if s.terminal})
+        return ended
+
     def abort(self) -> int:
         """The sweep is interrupted: Parsl's cleanup cancels its blocks (and their batch jobs)."""
         self.close()

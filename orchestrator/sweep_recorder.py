@@ -12,6 +12,7 @@ With ``dry_run`` it prints what would be submitted and records nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import tempfile
@@ -26,19 +27,24 @@ from rich.console import Console
 from results_db import connect
 from results_db.ingest import IngestError, ingest_run
 from results_db.runs import (HEARTBEAT_STALE_SECONDS, PlannedRun, claim, heartbeat, mark_failed, mark_running,
-                             register_runs)
+                             new_attempt, register_runs)
 from results_db.store import safe_url
 from workloads.spec import RunSpec
 
 from .errors import ConfigError
 from .launcher import SweepJob
-from .mpi_run import SPEC_FILE, STARTED_FILE
+from .mpi_run import JOB_FILE, LOG_FILE, SPEC_FILE, STARTED_FILE
 from .progress import SweepProgress
 from .provenance import provenance
+from .retry_policy import INGEST, STATUS, NodeLost, RetryPolicy, SETUP_FAILURE, classify
 from .runspec import build_run_spec, run_key
 from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 
 HEARTBEAT_EVERY = 5.0
+LOST_CHECK_EVERY = 5.0    # how often the scheduler is asked whether runs' batch jobs still exist
+LOST_GRACE = 5.0          # a run whose batch job has ended is lost if its result has not come by then
+# what a retried run's folder keeps in place; the rest of an attempt moves to attempt-<its run id>/
+_KEPT_IN_PLACE = (".hydra", SPEC_FILE, "scalestudy.log")
 INGEST_RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)   # about a minute for a database server to come back
 
 
@@ -74,6 +80,28 @@ def _headline(result: dict) -> str:
     return ", ".join(parts) or "done"
 
 
+def _node_failure(run_dir: Path) -> str:
+    """What the launcher said about a failed node, if it did (srun: "Node failure on n2")."""
+    try:
+        lines = (run_dir / LOG_FILE).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if "node failure" in line.lower()]
+    return f"; {said[0]}" if said else ""
+
+
+def _archive_attempt(run_dir: Path, run_id: int) -> Path:
+    """Move what an ended attempt wrote in its run folder to ``attempt-<run id>/`` inside it, so
+    that the next attempt starts clean and nothing of this one is overwritten."""
+    target = run_dir / f"attempt-{run_id}"
+    target.mkdir(exist_ok=True)
+    for entry in run_dir.iterdir():
+        if entry.name in _KEPT_IN_PLACE or entry.name.startswith("attempt-"):
+            continue
+        entry.rename(target / entry.name)
+    return target
+
+
 def sweep_site(config: DictConfig) -> SiteConfig:
     site = load_site(OmegaConf.select(config, "site"))
     return with_overrides(site, account=OmegaConf.select(config, "account"), queue=OmegaConf.select(config, "queue"),
@@ -102,6 +130,10 @@ class SweepRecorder:
         self.jobs_dir: Path | None = None
         self.db_down = False
         self._last_beat = 0.0
+        self.retry_policy = RetryPolicy()
+        self.retried: dict[int, dict[str, int]] = {}   # job idx -> kind of failure -> retries so far
+        self._last_lost_check = 0.0
+        self._ended_seen: dict[int, float] = {}          # job idx -> when its batch job was first seen ended
 
     # -- before anything is submitted ---------------------------------------------------
 
@@ -123,6 +155,9 @@ class SweepRecorder:
         studies = {s.study for s in specs}
         if len(studies) > 1:
             raise ConfigError("study_name", sorted(studies), "one sweep records one study")
+        retries = OmegaConf.select(self.config, "retries")
+        self.retry_policy = RetryPolicy.from_config(
+            OmegaConf.to_container(retries) if isinstance(retries, DictConfig) else retries)
         return specs
 
     def before_submit(self, jobs: Sequence[SweepJob]) -> list[bool]:
@@ -148,6 +183,7 @@ class SweepRecorder:
             submit.append(decision.submit)
             if decision.submit:
                 self.submitted.add(job.idx)
+                self._move_earlier_attempt(job, decision.run_id)
                 job.output_dir.mkdir(parents=True, exist_ok=True)
                 self.specs[job.idx].save(job.output_dir / SPEC_FILE)  # the task executes this spec as planned
             elif decision.reason == "done":
@@ -162,6 +198,19 @@ class SweepRecorder:
                            f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
         self.progress = SweepProgress(self.console, total=sum(submit))
         return submit
+
+    def _move_earlier_attempt(self, job: SweepJob, run_id: int) -> None:
+        """A sweep folder used again (a fixed ``hydra.sweep.dir``, a --rerun into it): the ended
+        attempt recorded there moves to ``attempt-<its run id>/`` instead of being overwritten."""
+        from results_db.runs import earlier_attempts_in, set_run_dir
+
+        folder = job.output_dir
+        if not folder.is_dir() or not any(p.name not in _KEPT_IN_PLACE and not p.name.startswith("attempt-")
+                                          for p in folder.iterdir()):
+            return
+        earlier = earlier_attempts_in(self.engine, str(folder), exclude=run_id)
+        if earlier:
+            set_run_dir(self.engine, earlier[0], str(_archive_attempt(folder, earlier[0])))
 
     def _recovered(self, job: SweepJob, decision) -> bool:
         """A run taken over from a sweep that stopped: if it had finished in that sweep's
@@ -283,7 +332,40 @@ class SweepRecorder:
             self._last_beat = now
         self.progress.refresh(running=len(self.started - self.ended))
 
-    def on_job_end(self, job: SweepJob, result: JobReturn) -> None:
+    def lost_jobs(self, running: Sequence[SweepJob], ended_batch_jobs) -> dict[int, BaseException]:
+        """Runs whose batch job has ended under them (a node failed, the allocation was cancelled):
+        their worker went with it, so no result will come. Asks the scheduler every few seconds,
+        and calls a run lost only if it still has not ended ``LOST_GRACE`` seconds later."""
+        now = time.monotonic()
+        if now - self._last_lost_check < LOST_CHECK_EVERY:
+            return {}
+        self._last_lost_check = now
+        job_ids: dict[int, str] = {}
+        for job in running:
+            try:
+                record = json.loads((job.output_dir / JOB_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            if record.get("running") and record.get("job_id"):
+                job_ids[job.idx] = str(record["job_id"])
+        if not job_ids:
+            return {}
+        ended = ended_batch_jobs(sorted(set(job_ids.values())))
+        lost: dict[int, BaseException] = {}
+        for job in running:
+            jid = job_ids.get(job.idx)
+            if jid not in ended:
+                self._ended_seen.pop(job.idx, None)
+                continue
+            first = self._ended_seen.setdefault(job.idx, now)
+            if now - first >= LOST_GRACE:
+                self._ended_seen.pop(job.idx, None)
+                lost[job.idx] = NodeLost(f"lost: its batch job {jid} ended under it (the scheduler reports "
+                                         f"{ended[jid]}){_node_failure(job.output_dir)}", job_id=jid)
+        return lost
+
+    def on_job_end(self, job: SweepJob, result: JobReturn) -> bool:
+        """Ingest or record the attempt that ended; True if the policy retries the run."""
         self.ended.add(job.idx)
         run_id = self.run_ids[job.idx]
         label = f"#{job.idx} {self.labels[job.idx]}"
@@ -296,25 +378,51 @@ class SweepRecorder:
                     self.not_ingested.add(job.idx)
                     self.progress.failed(label, f"finished, but not ingested: the database is unreachable "
                                                 f"(results in {job.output_dir})", running)
-                    return
+                    return False
             except (IngestError, OSError, ValueError) as exc:
-                self.failed.add(job.idx)
                 mark_failed(self.engine, run_id, f"ingestion failed: {exc}")
-                self.progress.failed(label, f"ingestion failed: {exc}", running)
-                return
+                return self._failed(job, label, f"ingestion failed: {exc}", INGEST, running)
             res = value.get("result", {})
             if res.get("status") != "done":
-                self.failed.add(job.idx)
-                self.progress.failed(label, str(res.get("error") or "the run reported failure"), running)
-                return
+                return self._failed(job, label, str(res.get("error") or "the run reported failure"),
+                                    classify(None, job.output_dir), running)
             self.progress.done(label, _headline(res), running)
-        else:
-            error = result._return_value
+            return False
+        error = result._return_value
+        kind = classify(error, job.output_dir)
+        text = str(error) if kind in STATUS else f"{type(error).__name__}: {error}"
+        mark_failed(self.engine, run_id, text, status=STATUS.get(kind, "failed"), job_id=getattr(error, "job_id", None))
+        return self._failed(job, label, str(error), kind, running)
+
+    def _failed(self, job: SweepJob, label: str, reason: str, kind: str, running: int) -> bool:
+        """A failed attempt: started again if the retry policy allows (a new attempt row; this
+        one's files move to ``attempt-N/``), else the run has failed."""
+        counts = self.retried.setdefault(job.idx, {})
+        if not self.retry_policy.allows(kind, counts.get(kind, 0)):
             self.failed.add(job.idx)
-            timed_out = type(error).__name__ == "RunTimedOut"
-            mark_failed(self.engine, run_id, str(error) if timed_out else f"{type(error).__name__}: {error}",
-                        status="timeout" if timed_out else "failed")
-            self.progress.failed(label, str(error), running)
+            note = ""
+            if kind == SETUP_FAILURE and self.retry_policy.crash:
+                note = " (not retried: it failed while being set up, and would again)"
+            self.progress.failed(label, reason + note, running)
+            return False
+        counts[kind] = counts.get(kind, 0) + 1
+        old_id = self.run_ids[job.idx]
+        try:
+            old_dir = _archive_attempt(job.output_dir, old_id)
+            from results_db.runs import set_run_dir
+
+            set_run_dir(self.engine, old_id, str(old_dir))
+            self.run_ids[job.idx] = new_attempt(self.engine, old_id, self.driver, run_dir=str(job.output_dir))
+        except Exception as exc:  # the database went away, the folder cannot be moved: no retry then
+            self.failed.add(job.idx)
+            self.progress.failed(label, f"{reason} (not retried: {type(exc).__name__}: {exc})", running)
+            return False
+        self.ended.discard(job.idx)
+        self.started.discard(job.idx)
+        self.console.print(f"[yellow]retry[/yellow] {label}: {reason} — {kind.replace('_', ' ')} retry "
+                           f"{counts[kind]} of {getattr(self.retry_policy, kind)}; the failed attempt is kept "
+                           f"(run {old_id}, {old_dir})")
+        return True
 
     def close(self, results: Sequence[JobReturn]) -> None:
         if self.engine is None:

@@ -29,15 +29,17 @@ class CompareError(ValueError):
 
 
 def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequence[str]] | None = None,
-              study: str | None = None, where=None) -> pd.DataFrame:
-    """``metrics``: column -> aggregates (count, mean, std, min, max, median, sum); one row per group."""
+              study: str | None = None, where=None, attempts: str = "latest") -> pd.DataFrame:
+    """``metrics``: column -> aggregates (count, mean, std, min, max, median, sum); one row per group.
+    ``attempts="all"`` pools every attempt at a run (reruns) with its repeats."""
     metrics = metrics or {"throughput": ("count", "mean", "std")}
     if not group_by:
         raise CompareError("give the axes to group by, e.g. --group-by nodes,algorithm")
     for agg in (a for aggs in metrics.values() for a in aggs):
         if agg not in AGGREGATES:
             raise CompareError(f"unknown aggregate {agg!r}; known: {', '.join(AGGREGATES)}")
-    frame = query.runs(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])))
+    frame = query.runs(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])),
+                       attempts=attempts)
     if frame.empty:
         return pd.DataFrame(columns=[*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)])
     frame = hashable(frame)

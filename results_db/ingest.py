@@ -124,9 +124,15 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
     result_path = run_dir / "result.json"
     if not result_path.is_file():
         raise IngestError(f"{run_dir}: no result.json, the run did not finish")
-    result = json.loads(result_path.read_text())
+    try:
+        result = json.loads(result_path.read_text(errors="replace"))
+    except ValueError as exc:
+        raise IngestError(f"{result_path}: not valid JSON ({str(exc).split(':')[0]})") from None
+    if not isinstance(result, dict):
+        raise IngestError(f"{result_path}: not a JSON object")
     if result.get("schema") not in SUPPORTED_SCHEMAS:
-        raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported")
+        raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported (this scalestudy "
+                          f"reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy")
     rank_files = sorted((run_dir / "metrics").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if not rank_files and result.get("kind") != "command":  # a command that never started has none
         raise IngestError(f"{run_dir}/metrics: no rank-*.jsonl files")

@@ -40,7 +40,7 @@ def head_revision() -> str:
 
 # The newest revision in migrations/versions/ (tests/test_migrations.py checks it is Alembic's head):
 # a database already there is opened without importing Alembic at all.
-HEAD = "0003"
+HEAD = "0004"
 
 
 def is_current(engine: Engine) -> bool:
@@ -56,9 +56,10 @@ def is_current(engine: Engine) -> bool:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    # before Alembic is imported: not "setup plugin ..." lines as it loads, nor "Context impl ..." on every open
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # not "Context impl ..." on every open
     cfg = alembic_config(engine)
     with engine.connect() as conn:
         sqlite = engine.dialect.name == "sqlite"

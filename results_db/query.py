@@ -156,12 +156,21 @@ def expand_json(frame: pd.DataFrame, field: str, keys: Sequence[str] | None = No
     return out
 
 
+ATTEMPTS = ("latest", "all")
+
+
 def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
-         columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None) -> pd.DataFrame:
+         columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None,
+         attempts: str = "latest") -> pd.DataFrame:
     """One row per run, with every sweep axis and the headline measurements.
 
     ``columns`` may name ``params.NAME`` and ``metrics.NAME``; without ``columns`` every
-    run column comes back, ``params.*`` and ``metrics.*`` expanded beside ``params`` and ``metrics``."""
+    run column comes back, ``params.*`` and ``metrics.*`` expanded beside ``params`` and ``metrics``.
+    ``attempts="all"`` also returns the earlier attempts at each run (a rerun, a retried crash,
+    a lost node), ``attempt`` telling them apart; by default only each run's latest, as
+    every comparison and figure reads them. Runs named by ``run_ids`` come back whatever their attempt."""
+    if attempts not in ATTEMPTS:
+        raise QueryError(f"attempts={attempts!r}: expected one of {', '.join(ATTEMPTS)}")
     cols = [check_column(c) for c in (columns or RUN_COLUMNS)]
     dotted = [c for c in cols if "." in c]
     base = list(dict.fromkeys([c for c in cols if "." not in c] + [c.split(".")[0] for c in dotted]))
@@ -171,6 +180,8 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
         stmt = stmt.where(Study.name == study)
     if run_ids is not None:
         stmt = stmt.where(Run.id.in_(_ids(run_ids)))
+    elif attempts == "latest":
+        stmt = stmt.where(Run.latest.is_(True))
     conditions = parse_where(where)
     json_filters = [c for c in conditions if isinstance(c, JsonFilter)]
     for cond in conditions:
@@ -179,7 +190,8 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
     if json_filters:  # read the JSON columns the filters need, filter, then drop what was not asked for
         extra = [f for f in dict.fromkeys(j.field for j in json_filters) if f not in base]
         stmt = stmt.add_columns(*(getattr(Run, f).label(f"__{f}") for f in extra))
-    stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size, Run.id)
+    stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size,
+                         Run.run_key, Run.attempt, Run.id)
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
     if json_filters:
@@ -251,23 +263,32 @@ def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
 
 
 def status_counts(engine: Engine, study: str | None = None) -> pd.DataFrame:
-    """Runs per study and state: the overview ``scalestudy status`` shows."""
+    """Runs per study and state (of each run's latest attempt): the overview ``scalestudy status``
+    shows; ``earlier_attempts`` counts the attempts kept beside them (reruns, retries)."""
     stmt = (select(Study.name.label("study"), Run.status, func.count(Run.id).label("runs"))
-            .join(Study, Run.study_id == Study.id).group_by(Study.name, Run.status).order_by(Study.name))
+            .join(Study, Run.study_id == Study.id).where(Run.latest.is_(True))
+            .group_by(Study.name, Run.status).order_by(Study.name))
     if study:
         stmt = stmt.where(Study.name == study)
     with Session(engine) as session:
         rows = session.execute(stmt).all()
     frame = pd.DataFrame(rows, columns=["study", "status", "runs"])
     if frame.empty:
-        return pd.DataFrame(columns=["study", "pending", "running", "done", "failed", "total"])
+        return pd.DataFrame(columns=["study", "pending", "running", "done", "failed", "total", "earlier_attempts"])
     wide = frame.pivot_table(index="study", columns="status", values="runs", fill_value=0, aggfunc="sum")
     for state in ("pending", "running", "done", "failed"):
         if state not in wide:
             wide[state] = 0
     # every state the database holds is counted: the usual four always, others (partial, timeout) when present
-    order = ["pending", "running", "done", "partial", "failed", "timeout"]
+    order = ["pending", "running", "done", "partial", "failed", "timeout", "lost"]
     states = [s for s in order if s in wide] + sorted(s for s in wide.columns if s not in order)
     wide = wide[states].astype(int)
     wide["total"] = wide.sum(axis=1)
+    earlier = (select(Study.name, func.count(Run.id)).join(Study, Run.study_id == Study.id)
+               .where(Run.latest.is_(False)).group_by(Study.name))
+    if study:
+        earlier = earlier.where(Study.name == study)
+    with Session(engine) as session:
+        counts = dict(session.execute(earlier).all())
+    wide["earlier_attempts"] = [int(counts.get(name, 0)) for name in wide.index]
     return wide.reset_index()

@@ -2,7 +2,13 @@
 
 A run is identified by (study, run_key). Registering a sweep is idempotent: a run
 already ``done`` is reported as skipped unless a rerun is forced, a ``failed`` or
-interrupted one is planned again, so two sweeps of one study never duplicate rows.
+interrupted one is planned again, so two sweeps of one study never duplicate a run.
+
+Every attempt at a run is a row of its own (``attempt`` 1, 2, ...; the newest is
+``latest``): a rerun, or a retry after a crash, a timeout or a lost node, starts a new
+row and leaves the earlier one and its measurements as they were. Only an attempt
+that never got anywhere (pending, or running under a sweep that stopped) is taken
+over in place.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study,
 
 # the spec's fields that have a runs column, with the value an older spec without them meant
 _COLUMN_DEFAULTS = {f.name: f.default for f in FIELDS if f.column}
+# what the next attempt at a run keeps from the one before: what the run is, not how it went
+_IDENTITY_AND_PROVENANCE = ("study_id", "run_key", *_COLUMN_DEFAULTS, "world_size", "global_batch_size", "spec",
+                            "run_dir", "git_commit", "git_dirty", "environment", "config")
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,8 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
     with Session(writer(engine)) as session, session.begin():
         study = get_or_create_study(session, study_name)
         for p in planned:
-            run = session.scalars(select(Run).where(Run.study_id == study.id, Run.run_key == p.run_key)).one_or_none()
+            run = session.scalars(select(Run).where(Run.study_id == study.id, Run.run_key == p.run_key,
+                                                    Run.latest.is_(True))).one_or_none()
             previous = run.status if run else None
             if run is not None and run.status == "done" and not rerun:
                 decisions.append(RunDecision(run.id, p.run_key, False, previous, "done"))
@@ -105,6 +115,10 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             taken_over = run.run_dir if run is not None and run.status in ("pending", "running") else None
             if run is None:
                 run = Run(study_id=study.id, run_key=p.run_key)
+                session.add(run)
+            elif taken_over is None:   # an attempt that ended (done, failed, ...) stays as it was
+                run.latest = False
+                run = Run(study_id=study.id, run_key=p.run_key, attempt=run.attempt + 1)
                 session.add(run)
             else:
                 _clear_measurements(session, run.id)
@@ -127,6 +141,28 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             session.flush()
             decisions.append(RunDecision(run.id, p.run_key, True, previous, taken_over_from=taken_over))
     return decisions
+
+
+def new_attempt(engine: Engine, run_id: int, driver: str, run_dir: str | None = None) -> int:
+    """Start the next attempt at run ``run_id`` (which has ended: failed, timeout, lost), owned by
+    ``driver``; the ended one stays as it is, no longer ``latest``. Returns the new row's id."""
+    with Session(writer(engine)) as session, session.begin():
+        old = session.get(Run, run_id)
+        old.latest = False
+        run = Run(attempt=old.attempt + 1, **{name: getattr(old, name) for name in _IDENTITY_AND_PROVENANCE})
+        run.run_dir = run_dir if run_dir is not None else old.run_dir
+        run.driver, run.heartbeat = driver, time.time()
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def earlier_attempts_in(engine: Engine, run_dir: str, exclude: int) -> list[int]:
+    """Ids of other attempts recorded in folder ``run_dir`` (a sweep reusing a fixed sweep
+    folder), newest first: their files are moved aside before a new attempt writes there."""
+    with Session(engine) as session:
+        return list(session.scalars(select(Run.id).where(Run.run_dir == run_dir, Run.id != exclude)
+                                    .order_by(Run.id.desc())))
 
 
 def claim(engine: Engine, run_id: int, driver: str) -> bool:
@@ -155,11 +191,14 @@ def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:
                 run.status, run.started_at = "running", utcnow()
 
 
-def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed") -> None:
-    """``status``: ``failed``, or ``timeout`` for a run stopped at its time limit."""
+def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed", job_id: str | None = None) -> None:
+    """``status``: ``failed``, ``timeout`` for a run stopped at its time limit, or ``lost`` for
+    one whose batch job or node died under it (``job_id``: that batch job)."""
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
         run.status, run.error, run.finished_at = status, error[-4000:], utcnow()
+        if job_id:
+            run.job_id = str(job_id)
 
 
 def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:

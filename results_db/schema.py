@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, String, Table, Text,
-                        UniqueConstraint)
+                        UniqueConstraint, text, true)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from workloads.spec import FIELDS, RunField
@@ -67,7 +67,11 @@ runs_table = Table(
     Column("id", Integer, primary_key=True),
     Column("study_id", ForeignKey("studies.id"), nullable=False, index=True),
     Column("run_key", String(64), nullable=False),
-    # pending, running, done, partial (metrics cut off mid-line), failed
+    # Every attempt at a run keeps its own row and measurements (a rerun, a retry after a crash,
+    # a timeout or a lost node): measurements are data. ``latest`` marks the one readers see by default.
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("latest", Boolean, nullable=False, server_default=true()),
+    # pending, running, done, partial (metrics cut off mid-line), failed, timeout, lost (its node died)
     Column("status", String(16), nullable=False, index=True),
     *field_columns(),
     Column("world_size", Integer, nullable=False),
@@ -97,7 +101,7 @@ runs_table = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     Column("ingested_at", DateTime(timezone=True)),
-    UniqueConstraint("study_id", "run_key"),
+    UniqueConstraint("study_id", "run_key", "attempt", name="uq_runs_study_run_attempt"),
     Index("ix_runs_study_algorithm_nodes", "study_id", "algorithm", "nodes"),
 )
 
@@ -112,6 +116,8 @@ class Run(Base):
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("status", "pending")
+        kwargs.setdefault("attempt", 1)
+        kwargs.setdefault("latest", True)
         kwargs.setdefault("created_at", utcnow())
         super().__init__(**kwargs)
 

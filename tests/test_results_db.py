@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 
+import pandas as pd
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from results_db import connect, query
 from results_db.ingest import IngestError, ingest_run
-from results_db.runs import PlannedRun, mark_failed, register_runs
+from results_db.runs import PlannedRun, mark_failed, new_attempt, register_runs
 from results_db.schema import Eval, RankSummary, Run, Step
 from workloads.spec import RunSpec
 
@@ -56,11 +57,40 @@ def test_registering_again_skips_done_runs_and_never_duplicates(engine, finished
     ingest_run(engine, d.run_id, finished_run)
     [again] = register_runs(engine, "s", [_plan(finished_run)])
     assert not again.submit and again.run_id == d.run_id and again.previous_status == "done"
+    steps_before = _count(engine, Step, d.run_id)
     [forced] = register_runs(engine, "s", [_plan(finished_run)], rerun=True)
-    assert forced.submit and forced.run_id == d.run_id
-    assert _count(engine, Step, d.run_id) == 0  # a forced rerun starts from a clean slate
+    # a forced rerun is a new attempt: the first one and its measurements stay, no longer the latest
+    assert forced.submit and forced.run_id != d.run_id
+    assert _count(engine, Step, d.run_id) == steps_before > 0 and _count(engine, Step, forced.run_id) == 0
     with Session(engine) as s:
-        assert s.scalar(select(func.count()).select_from(Run)) == 1
+        first, second = s.get(Run, d.run_id), s.get(Run, forced.run_id)
+        assert (first.attempt, first.latest, first.status) == (1, False, "done")
+        assert (second.attempt, second.latest, second.status) == (2, True, "pending")
+        assert first.throughput is not None and second.throughput is None
+        assert second.run_key == first.run_key and second.spec == first.spec
+    # still one run for every reader; both attempts when asked
+    assert list(query.runs(engine, study="s")["run_id"]) == [forced.run_id]
+    every = query.runs(engine, study="s", attempts="all", columns=["run_id", "attempt", "latest", "status"])
+    assert every.values.tolist() == [[d.run_id, 1, False, "done"], [forced.run_id, 2, True, "pending"]]
+    counts = query.status_counts(engine, "s").iloc[0]
+    assert (counts["pending"], counts["done"], counts["total"], counts["earlier_attempts"]) == (1, 0, 1, 1)
+    # registering again while the second attempt is pending under no live sweep: taken over in place
+    [again] = register_runs(engine, "s", [_plan(finished_run)])
+    assert again.run_id == forced.run_id
+    with Session(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 2
+
+
+def test_failed_attempts_are_kept_when_retried(engine, finished_run):
+    [d] = register_runs(engine, "s", [_plan(finished_run)])
+    mark_failed(engine, d.run_id, "lost: its batch job 7 ended (FAILED)", status="lost")
+    retry = new_attempt(engine, d.run_id, "host:1", run_dir=str(finished_run))
+    ingest_run(engine, retry, finished_run)
+    runs = query.runs(engine, study="s", attempts="all", columns=["run_id", "attempt", "latest", "status", "error"])
+    assert runs[["run_id", "attempt", "latest", "status"]].values.tolist() == [[d.run_id, 1, False, "lost"],
+                                                                              [retry, 2, True, "done"]]
+    assert runs["error"][0] == "lost: its batch job 7 ended (FAILED)" and pd.isna(runs["error"][1])
+    assert query.status_counts(engine, "s").iloc[0]["done"] == 1
 
 
 def test_failed_runs_are_planned_again(engine, finished_run):

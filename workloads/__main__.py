@@ -25,7 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         spec = RunSpec.load(args.spec)
         train(spec, args.run_dir or args.spec.parent, comm)
     except Exception as exc:  # one rank failing must not leave the others blocked in a collective
-        print(f"workloads: rank {comm.Get_rank()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        from .failure import SETUP, SetupError, record_failure
+
+        if isinstance(exc, SetupError):
+            message = f"workloads: rank {comm.Get_rank()}: setup failed: {exc}"
+            record_failure(args.run_dir or args.spec.parent, comm.Get_rank(), SETUP, message)
+        else:
+            message = f"workloads: rank {comm.Get_rank()}: {type(exc).__name__}: {exc}"
+        print(message, file=sys.stderr, flush=True)
         traceback.print_exc()
         sys.stderr.flush()
         if comm.Get_size() > 1:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from . import report
+from .failure import SETUP, record_failure
 from .spec import RunSpec
 
 OUTPUT_DIR = "output"
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         message = f"workloads: rank {rank}: cannot start {program[0]!r}: {exc.strerror or exc}"
         out_path.write_text(message + "\n")
         print(message, file=sys.stderr, flush=True)
+        record_failure(run_dir, rank, SETUP, message)
         report.append_record(metrics, "run_end", {"status": "failed", "exit_code": 127, "error": message,
                                                   "t": time.time()})
         return 127

@@ -27,6 +27,7 @@ from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .imbalance import DelayInjector
 from .metrics import MetricsWriter, write_result
+from .failure import SetupError
 from .models import build_model
 from .spec import RunSpec
 
@@ -134,9 +135,13 @@ def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
     device = _to_device(spec, comm)
-    data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent",
-                        params=spec.params, seed=spec.seed)
-    model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params).to(device)
+    try:  # a failure here is the configuration's or the factories', and would recur: never retried
+        data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent",
+                            params=spec.params, seed=spec.seed)
+        model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params)
+    except Exception as exc:
+        raise SetupError(f"{type(exc).__name__}: {exc}") from exc
+    model = model.to(device)
     delays = delay_injector(spec, size)
     if spec.algorithm == "async_ps":
         from .algorithms.async_ps import train_async_ps

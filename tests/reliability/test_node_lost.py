@@ -1,0 +1,91 @@
+"""A node of a run's allocation set DOWN on the real local Slurm cluster while the run is on
+it: the batch job dies with it, the sweep notices (it asks the scheduler, it does not wait
+for Parsl's heartbeat timeout), records the attempt as ``lost`` and runs it again on a new
+allocation; the sweep completes and the lost attempt stays in the database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from results_db import connect
+from results_db.schema import Run
+
+from conftest import REPO, env_with_bin
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(
+    subprocess.run(["bash", str(REPO / "scripts" / "local-slurm-cluster.sh"), "status"],
+                   capture_output=True).returncode != 0, reason="no Slurm cluster")]
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _running_job(run_dir):
+    try:
+        record = json.loads((run_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("job_id") if record.get("running") else None
+
+
+def test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation(tmp_path):
+    sweep_dir = tmp_path / "mr"
+    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "site=local_slurm", "study_name=node_lost", "nodes=2",
+           "workers_per_node=1", "workload.kind=command", "workload.command=[sleep,15]",
+           f"hydra.sweep.dir={sweep_dir}"]
+    driver = subprocess.Popen(cmd, cwd=tmp_path, env=env_with_bin({"PYTHONPATH": str(REPO)}), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    victim = None
+    try:
+        def started():
+            if driver.poll() is not None:
+                raise AssertionError(f"the sweep ended early: {driver.communicate()[1][-3000:]}")
+            return _running_job(sweep_dir / "0")
+
+        job_id = _wait_for(started, 180, "the run to start in a batch job")
+        time.sleep(2)  # the ranks are up
+        nodes = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%N"], capture_output=True,
+                               text=True).stdout.strip()
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True).stdout.split()
+        assert len(hosts) == 2, nodes
+        victim = hosts[-1]
+        subprocess.run(["scontrol", "update", f"nodename={victim}", "state=down", "reason=scalestudy-test"],
+                       check=True)
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+        if victim:
+            subprocess.run(["scontrol", "update", f"nodename={victim}", "state=resume"], capture_output=True)
+    assert driver.returncode == 0, err[-3000:]
+    assert "node lost retry 1 of 2" in err
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        lost, retried = s.scalars(select(Run).order_by(Run.id)).all()
+    # the lost attempt is recorded, not hidden: its batch job, and what srun said about the node
+    assert (lost.attempt, lost.latest, lost.status) == (1, False, "lost")
+    assert lost.job_id == str(job_id) and f"batch job {job_id}" in lost.error
+    assert f"Node failure on {victim}" in lost.error, lost.error
+    assert lost.run_dir.endswith(f"attempt-{lost.id}") and os.path.isdir(lost.run_dir)
+    # the retry ran once, in another batch job, to the end
+    assert (retried.attempt, retried.latest, retried.status) == (2, True, "done")
+    assert retried.job_id and retried.job_id != lost.job_id and retried.exit_code == 0
+    # nothing of the sweep is left in the queue
+    _wait_for(lambda: not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip(), 60,
+              "the allocations to end")
