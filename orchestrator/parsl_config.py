@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from .sites import SiteConfig, walltime_seconds
 
 # Parsl's own log goes to its run folder (runinfo/), not through Hydra's console handlers.
 logging.getLogger("parsl").propagate = False
+log = logging.getLogger(__name__)
 
 
 def _env_bin_dir() -> str:
@@ -110,6 +112,15 @@ def make_provider(site: SiteConfig, nodes: int, init: str):
     raise ValueError(f"provider {site.provider!r}")  # the site loader refuses others
 
 
+def interchange_launcher(run_dir: Path) -> str:
+    """An executable that starts Parsl's interchange through ``orchestrator.interchange`` with
+    this environment's Python (MPIExecutor takes one program path, no arguments)."""
+    path = run_dir / "interchange-launcher"
+    path.write_text(f"#!{sys.executable}\nfrom orchestrator.interchange import main\nmain()\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[int]) -> Config:
     """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``."""
     if site.provider == "local":
@@ -122,10 +133,34 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
         MPIExecutor(label=label, provider=make_provider(site, n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if site.name.startswith("local") else None,
-                    heartbeat_period=15, heartbeat_threshold=120)
+                    heartbeat_period=15, heartbeat_threshold=120,
+                    # ends with this driver, even when it is killed (orchestrator/interchange.py)
+                    interchange_launch_cmd=interchange_launcher(run_dir))
         for label, n in sizes.items()
     ]
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
+
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\[\]-]{0,127}$")
+
+
+def cancel_batch_jobs(site: SiteConfig, job_ids: Iterable[str]) -> list[str]:
+    """Cancel these batch jobs with the site's own provider (scancel, qdel); the ids it
+    cancelled. Ids come from run folders: only plain scheduler ids reach the command line."""
+    ids = [j for j in job_ids if _JOB_ID.match(str(j))]
+    if not ids or site.provider == "local":
+        return []
+    from parsl.jobs.states import JobState, JobStatus
+
+    provider = make_provider(site, 1, "")
+    for jid in ids:   # a provider cancels the jobs it knows of
+        provider.resources[jid] = {"job_id": jid, "status": JobStatus(JobState.RUNNING)}
+    try:
+        done = provider.cancel(ids)
+    except Exception as exc:  # the scheduler refused (already ended): nothing to cancel
+        log.debug("cancelling %s: %s", ids, exc)
+        return []
+    return [j for j, ok in zip(ids, done or []) if ok]
 
 
 def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[str, str]:

@@ -80,6 +80,15 @@ def _headline(result: dict) -> str:
     return ", ".join(parts) or "done"
 
 
+def _batch_job(run_dir: Path) -> str | None:
+    """The scheduler's id of the batch job a started run is in (None on the local site)."""
+    try:
+        record = json.loads((run_dir / JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(record["job_id"]) if record.get("running") and record.get("job_id") else None
+
+
 def _node_failure(run_dir: Path) -> str:
     """What the launcher said about a failed node, if it did (srun: "Node failure on n2")."""
     try:
@@ -174,6 +183,7 @@ class SweepRecorder:
         planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config))
                    for s, j in zip(specs, jobs)]
         decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun, driver=self.driver)
+        self._cancel_stopped_sweeps_jobs(decisions)
         submit = []
         for job, decision in zip(jobs, decisions):
             self.run_ids[job.idx] = decision.run_id
@@ -198,6 +208,19 @@ class SweepRecorder:
                            f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
         self.progress = SweepProgress(self.console, total=sum(submit))
         return submit
+
+    def _cancel_stopped_sweeps_jobs(self, decisions) -> None:
+        """The batch jobs of a stopped sweep whose runs this one takes over: cancelled now, so that
+        they do not hold nodes until their walltime (and their runs do not finish twice)."""
+        from .parsl_config import cancel_batch_jobs
+
+        jobs = sorted({d.taken_over_job for d in decisions if d.submit and d.taken_over_job})
+        if not jobs or self.site.provider == "local":
+            return
+        cancelled = cancel_batch_jobs(self.site, jobs)
+        if cancelled:
+            self.console.print(f"[yellow]cancelled batch job(s) {', '.join(cancelled)} of a sweep that stopped; "
+                               f"their runs start again here[/yellow]")
 
     def _move_earlier_attempt(self, job: SweepJob, run_id: int) -> None:
         """A sweep folder used again (a fixed ``hydra.sweep.dir``, a --rerun into it): the ended
@@ -319,7 +342,9 @@ class SweepRecorder:
     def on_poll(self, running: Sequence[SweepJob]) -> None:
         newly = [j for j in running if j.idx not in self.started and (j.output_dir / STARTED_FILE).exists()]
         if newly:
-            self._db("marking runs started", mark_running, self.engine, [self.run_ids[j.idx] for j in newly])
+            job_ids = {self.run_ids[j.idx]: _batch_job(j.output_dir) for j in newly}
+            self._db("marking runs started", mark_running, self.engine, [self.run_ids[j.idx] for j in newly],
+                     {k: v for k, v in job_ids.items() if v})
             for job in newly:
                 self.started.add(job.idx)
                 self.progress.started(f"#{job.idx} {self.labels[job.idx]}")
@@ -340,14 +365,7 @@ class SweepRecorder:
         if now - self._last_lost_check < LOST_CHECK_EVERY:
             return {}
         self._last_lost_check = now
-        job_ids: dict[int, str] = {}
-        for job in running:
-            try:
-                record = json.loads((job.output_dir / JOB_FILE).read_text())
-            except (OSError, ValueError):
-                continue
-            if record.get("running") and record.get("job_id"):
-                job_ids[job.idx] = str(record["job_id"])
+        job_ids = {job.idx: jid for job in running if (jid := _batch_job(job.output_dir))}
         if not job_ids:
             return {}
         ended = ended_batch_jobs(sorted(set(job_ids.values())))

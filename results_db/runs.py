@@ -52,6 +52,7 @@ class RunDecision:
     driver: str | None = None
     heartbeat_age: float | None = None   # seconds since that sweep's last heartbeat
     taken_over_from: str | None = None   # the run folder of a stopped sweep this run was taken from
+    taken_over_job: str | None = None    # the batch job that stopped sweep's run was in, if it had started
 
 
 # A sweep that has not heartbeated its runs for this long is taken to have stopped (tests shorten it).
@@ -113,6 +114,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
                                              now - run.heartbeat))
                 continue
             taken_over = run.run_dir if run is not None and run.status in ("pending", "running") else None
+            taken_over_job = run.job_id if taken_over is not None and run.status == "running" else None
             if run is None:
                 run = Run(study_id=study.id, run_key=p.run_key)
                 session.add(run)
@@ -139,7 +141,8 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.steps = run.metrics = run.exit_code = run.output_tail = None
             run.started_at = run.finished_at = run.ingested_at = None
             session.flush()
-            decisions.append(RunDecision(run.id, p.run_key, True, previous, taken_over_from=taken_over))
+            decisions.append(RunDecision(run.id, p.run_key, True, previous, taken_over_from=taken_over,
+                                         taken_over_job=taken_over_job))
     return decisions
 
 
@@ -184,11 +187,16 @@ def heartbeat(engine: Engine, run_ids: Iterable[int], driver: str) -> None:
         session.execute(update(Run).where(Run.id.in_(ids), Run.driver == driver).values(heartbeat=time.time()))
 
 
-def mark_running(engine: Engine, run_ids: Iterable[int]) -> None:
+def mark_running(engine: Engine, run_ids: Iterable[int], job_ids: dict[int, str] | None = None) -> None:
+    """``job_ids``: run id -> the batch job it runs in, so that a sweep taking over from a
+    stopped one can cancel that job (see ``RunDecision.taken_over_job``)."""
+    job_ids = job_ids or {}
     with Session(writer(engine)) as session, session.begin():
         for run in session.scalars(select(Run).where(Run.id.in_(list(run_ids)))):
             if run.status == "pending":
                 run.status, run.started_at = "running", utcnow()
+            if job_ids.get(run.id):
+                run.job_id = str(job_ids[run.id])
 
 
 def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed", job_id: str | None = None) -> None:
