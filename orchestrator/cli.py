@@ -287,11 +287,28 @@ def _status(argv: Sequence[str]) -> int:
         print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
         return 0
     render(counts, "table", title="runs per state")
+    _print_sweep_drivers(engine, args.study)
     if args.failed:
         print_failed_runs(engine, study=args.study)
     elif args.runs or args.study:
         print_runs_table(engine, study=args.study)
     return 0
+
+
+def _print_sweep_drivers(engine, study: str | None) -> None:
+    """Which sweeps (detached or not) hold unfinished runs, and whether each is still alive."""
+    from results_db.runs import HEARTBEAT_STALE_SECONDS, sweep_drivers
+
+    for d in sweep_drivers(engine, study):
+        age = "no heartbeat" if d.heartbeat_age is None else f"heartbeat {d.heartbeat_age:.0f} s ago"
+        held = f"{d.running} running, {d.pending} pending"
+        if d.alive:
+            print(f"sweep {d.driver} (study {d.study}): alive, {age}; {held}")
+        else:
+            why = "its process is gone" if d.heartbeat_age is not None and \
+                d.heartbeat_age < HEARTBEAT_STALE_SECONDS else age
+            print(f"sweep {d.driver} (study {d.study}): stopped ({why}); {held} left unfinished — "
+                  "the same sweep command resumes them")
 
 
 def _query(argv: Sequence[str]) -> int:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from results_db import connect
+from results_db.failpoints import failpoint
 from results_db.ingest import IngestError, ingest_run
 from results_db.runs import (HEARTBEAT_STALE_SECONDS, PlannedRun, claim, heartbeat, mark_failed, mark_running,
                              new_attempt, register_runs)
@@ -207,6 +208,7 @@ class SweepRecorder:
         self.console.print(f"study [bold]{specs[0].study}[/bold]: {len(jobs)} runs, {sum(submit)} to launch on "
                            f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
         self.progress = SweepProgress(self.console, total=sum(submit))
+        failpoint("registered")   # the reliability suite: killed with runs recorded, none submitted
         return submit
 
     def _cancel_stopped_sweeps_jobs(self, decisions) -> None:

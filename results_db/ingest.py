@@ -24,6 +24,7 @@ import math
 from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.orm import Session
 
+from .failpoints import failpoint
 from .store import writer
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
@@ -211,4 +212,6 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
             run.error = f"metrics cut off mid-line in {', '.join(truncated)}: ingested every whole record"
             log.warning("run %s: %s", run_id, run.error)
         run.finished_at = run.ingested_at = utcnow()
+        session.flush()
+        failpoint("ingest")   # the reliability suite: killed with every row written but not committed
     return True

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from workloads.spec import FIELDS
 
+from .failpoints import failpoint
 from .store import writer
 from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study, utcnow
 
@@ -73,6 +74,41 @@ def driver_alive(driver: str | None, now: float, beat: float | None) -> bool:
         except PermissionError:
             pass
     return now - beat < HEARTBEAT_STALE_SECONDS
+
+
+@dataclass(frozen=True)
+class DriverState:
+    """A sweep that holds unfinished runs, as ``scalestudy status`` shows it."""
+
+    driver: str
+    study: str
+    pending: int
+    running: int
+    heartbeat_age: float | None   # seconds since its last heartbeat
+    alive: bool
+
+
+def sweep_drivers(engine: Engine, study: str | None = None) -> list[DriverState]:
+    """Every sweep driver holding pending or running runs, and whether it still drives them."""
+    from sqlalchemy import func
+
+    stmt = (select(Run.driver, Study.name, Run.status, func.count(Run.id), func.max(Run.heartbeat))
+            .join(Study, Run.study_id == Study.id)
+            .where(Run.latest.is_(True), Run.status.in_(("pending", "running")), Run.driver.is_not(None))
+            .group_by(Run.driver, Study.name, Run.status))
+    if study:
+        stmt = stmt.where(Study.name == study)
+    with Session(engine) as session:
+        rows = session.execute(stmt).all()
+    now = time.time()
+    merged: dict[tuple[str, str], dict] = {}
+    for driver, name, status, count, beat in rows:
+        entry = merged.setdefault((driver, name), {"pending": 0, "running": 0, "beat": None})
+        entry[status] += count
+        entry["beat"] = max(b for b in (entry["beat"], beat) if b is not None) if (entry["beat"] or beat) else None
+    return [DriverState(driver, name, e["pending"], e["running"], None if e["beat"] is None else now - e["beat"],
+                        driver_alive(driver, now, e["beat"]))
+            for (driver, name), e in sorted(merged.items())]
 
 
 def get_or_create_study(session: Session, name: str) -> Study:
@@ -141,6 +177,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.steps = run.metrics = run.exit_code = run.output_tail = None
             run.started_at = run.finished_at = run.ingested_at = None
             session.flush()
+            failpoint("register")   # the reliability suite: killed mid-transaction
             decisions.append(RunDecision(run.id, p.run_key, True, previous, taken_over_from=taken_over,
                                          taken_over_job=taken_over_job))
     return decisions

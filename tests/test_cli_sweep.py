@@ -74,7 +74,7 @@ def test_default_smoke_study_end_to_end(tmp_path):
     status = scalestudy("status", cwd=tmp_path)
     assert status.returncode == 0
     row = next(line for line in status.stdout.splitlines() if "smoke" in line)
-    assert [c.strip() for c in row.strip("│ ").split("│")] == ["smoke", "0", "0", "4", "0", "4"]
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["smoke", "0", "0", "4", "0", "4", "0"]
 
     query = scalestudy("query", "--study", "smoke", "--where", "nodes>=2", "--format", "csv", cwd=tmp_path)
     assert query.returncode == 0, query.stderr

@@ -92,3 +92,61 @@ def test_a_frozen_driver_whose_runs_were_taken_over_runs_none_of_them_again(tmp_
         runs = s.scalars(select(Run).order_by(Run.id)).all()
     assert [(r.status, r.throughput) for r in runs] == [("done", 2.0), ("done", 2.0)]
     assert runs[0].run_dir == str(tmp_path / "mr1" / "0") and runs[1].run_dir == str(tmp_path / "mr2" / "1")
+
+
+def _quick_args(tmp_path, sweep_dir: str) -> list[str]:
+    return ["sweep", "study_name=failpoints", "nodes=1", "workers_per_node=1", "workload.kind=command",
+            "workload.command=[echo,rate 4.5]", "+workload.metrics.throughput.pattern='rate ([0-9.]+)'",
+            "+params.i=0,1", f"hydra.sweep.dir={tmp_path / sweep_dir}"]
+
+
+@pytest.mark.parametrize("point", [
+    "register",     # mid-transaction, some runs' rows written, nothing committed
+    "registered",   # runs recorded as this driver's, nothing submitted yet
+    "ingest",       # the first run finished and its rows written, not committed
+])
+def test_sigkill_at_each_point_then_the_same_command_runs_everything_exactly_once(tmp_path, point):
+    killed = scalestudy(*_quick_args(tmp_path, "mr1"), cwd=tmp_path, env={"SCALESTUDY_FAILPOINT": point},
+                        timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    again = scalestudy(*_quick_args(tmp_path, "mr2"), cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        runs = s.scalars(select(Run).order_by(Run.id)).all()
+    assert sorted((r.params["i"], r.status, r.throughput, r.attempt, r.latest) for r in runs) == \
+        [(0, "done", 4.5, 1, True), (1, "done", 4.5, 1, True)]
+    # each run executed exactly once: a run that had finished under the killed driver is
+    # ingested from its folder, not run again
+    executed = sorted(p.parent.name for p in tmp_path.glob("mr*/*/result.json"))
+    assert len(executed) == 2, executed
+    if point == "ingest":
+        assert "recovered #0" in again.stderr and (tmp_path / "mr1" / "0" / "result.json").is_file()
+        assert {r.run_dir for r in runs} == {str(tmp_path / "mr1" / "0"), str(tmp_path / "mr2" / "1")}
+
+
+def test_a_detached_driver_killed_shows_as_stopped_and_the_same_command_resumes(tmp_path):
+    args = ["study_name=detached_kill", "nodes=1", "workers_per_node=1", "workload.kind=command",
+            "workload.command=[sleep,12]", "+params.i=0,1"]
+    proc = scalestudy("sweep", "--detach", *args, f"hydra.sweep.dir={tmp_path / 'mr1'}", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and "driver pid" in proc.stdout, proc.stderr
+    pid = int(proc.stdout.split("driver pid ")[1].split(",")[0])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "mr1" / "0" / "command.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    status = scalestudy("status", cwd=tmp_path)
+    assert f":{pid} (study detached_kill): alive, heartbeat" in status.stdout, status.stdout
+    assert "1 running, 1 pending" in status.stdout
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    status = scalestudy("status", cwd=tmp_path)
+    assert f":{pid} (study detached_kill): stopped (its process is gone)" in status.stdout, status.stdout
+    assert "the same sweep command resumes them" in status.stdout
+    t0 = time.monotonic()
+    again = scalestudy("sweep", *args, f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path, timeout=200)
+    assert again.returncode == 0 and time.monotonic() - t0 < 120, again.stderr[-3000:]
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        assert [r.status for r in s.scalars(select(Run).order_by(Run.id))] == ["done", "done"]
+    assert "sweep " not in scalestudy("status", cwd=tmp_path).stdout   # no sweep holds runs any more
