@@ -134,6 +134,11 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if site.name.startswith("local") else None,
                     heartbeat_period=15, heartbeat_threshold=120,
+                    # CurveZMQ: only worker pools holding this sweep's keys (a private 0700 folder
+                    # under runinfo/) may register. Unencrypted, anyone who can reach the
+                    # interchange's port can register as a worker, receive tasks, and have the
+                    # interchange unpickle what it sends (MPIExecutor's default is off).
+                    encrypted=True,
                     # ends with this driver, even when it is killed (orchestrator/interchange.py)
                     interchange_launch_cmd=interchange_launcher(run_dir))
         for label, n in sizes.items()

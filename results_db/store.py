@@ -80,6 +80,11 @@ def missing_sqlite_file(url: str | None = None) -> Path | None:
 def connect(url: str | None = None, upgrade: bool = True) -> Engine:
     """An engine for the results database, its schema migrated to the code's revision."""
     resolved = resolve_db_url(url)
+    new_file = missing_sqlite_file(resolved)
+    if new_file is not None and new_file.parent.is_dir():
+        # the results are the user's: created readable by the user only (SQLite gives its -wal
+        # and -shm files the same mode); share them by moving to PostgreSQL or with chmod
+        os.close(os.open(new_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     engine = create_engine(resolved, future=True, hide_parameters=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -1,0 +1,69 @@
+"""No one else's code runs in a user's sweep: the interchange a sweep starts (the real
+executors ``build_parsl_config`` makes for a site) accepts only worker pools holding the
+sweep's CurveZMQ keys, and the results database is created readable by its owner only.
+
+The intruder is a plain ZeroMQ client that sends the interchange exactly what a worker
+pool sends to register. Against an unencrypted interchange (Parsl's ``MPIExecutor``
+default) it is registered as a manager — it would then be sent tasks, and what it sends
+is unpickled by the interchange: the control case, which shows the check can fail."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import platform
+import stat
+import time
+
+import parsl
+import pytest
+import zmq
+
+from orchestrator.parsl_config import build_parsl_config
+from orchestrator.sites import load_site
+from results_db import connect
+
+
+def _intruder_registers(executor) -> bool:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IDENTITY, b"intruder-1")
+    sock.connect(f"tcp://127.0.0.1:{executor.worker_port}")
+    sock.send(pickle.dumps({"type": "registration", "python_v": platform.python_version(),
+                            "parsl_v": parsl.__version__, "start_time": time.time(), "block_id": "intruder",
+                            "worker_count": 1, "max_capacity": 1, "uid": "intruder-1"}))
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if any(m.get("block_id") == "intruder" for m in executor.connected_managers()):
+                return True
+            time.sleep(0.2)
+        return False
+    finally:
+        sock.close()
+        ctx.term()
+
+
+@pytest.mark.parametrize("encrypted", [True, False], ids=["as-configured", "control-unencrypted"])
+def test_only_worker_pools_with_the_sweeps_keys_can_register(tmp_path, encrypted):
+    config = build_parsl_config(load_site("local_slurm"), tmp_path, [1])   # no block is submitted
+    [executor] = config.executors
+    assert executor.encrypted, "the site's executor must be encrypted"
+    executor.encrypted = encrypted   # the control case: what Parsl's MPIExecutor does by default
+    dfk = parsl.load(config)
+    try:
+        if encrypted:
+            mode = stat.S_IMODE(os.stat(executor.cert_dir).st_mode)
+            assert mode == 0o700 and str(executor.cert_dir).startswith(str(tmp_path))
+            assert os.path.isfile(os.path.join(executor.cert_dir, "client.key_secret"))
+        assert _intruder_registers(executor) is (not encrypted)
+    finally:
+        dfk.cleanup()
+
+
+def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path):
+    path = tmp_path / "results.db"
+    engine = connect(f"sqlite:///{path}")
+    engine.dispose()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
