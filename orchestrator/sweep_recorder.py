@@ -292,16 +292,21 @@ class SweepRecorder:
 
         site = self.site
         out = Console(highlight=False, soft_wrap=True)
+        done, note = self._already_done(specs)
+        launching = [(j, s) for j, s in zip(jobs, specs) if run_key(s) not in done]
         out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {specs[0].study} on site {site.name} "
-                  f"({site.provider}, {site.mpi_launcher}); nothing is submitted")
+                  f"({site.provider}, {site.mpi_launcher}), {len(launching)} would launch{note}; nothing is submitted")
+        for job, spec in zip(jobs, specs):
+            if run_key(spec) in done:
+                out.print(f"skip #{job.idx} {self.labels[job.idx]}: already done (--rerun forces)")
         with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
-            for nodes in sorted({s.nodes for s in specs}):
+            for nodes in sorted({s.nodes for _, s in launching}):
                 script, submit_cmd = preview_batch_script(site, nodes, Path(scratch))
                 out.print(f"\n[bold]batch job for {nodes}-node runs[/bold] — submitted with: {submit_cmd}")
                 out.print(script.rstrip())
         total = 0.0
         out.print("")
-        for job, spec in zip(jobs, specs):
+        for job, spec in launching:
             options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker)) if x)
             prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
             hours = node_hours(site, spec.nodes)
@@ -310,6 +315,30 @@ class SweepRecorder:
                       f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}\n"
                       f"    node-hours requested: {spec.nodes} x {site.walltime} = {hours:.2f}")
         out.print(f"\ntotal node-hours requested: {total:.2f} (at most; runs of one node count share a batch job)")
+
+    def _already_done(self, specs: Sequence[RunSpec]) -> tuple[set[str], str]:
+        """run_keys a real sweep would skip as done, read without writing anything (no database
+        file is created, no schema migrated); and a note when the database could not say."""
+        from results_db.store import missing_sqlite_file, resolve_db_url
+
+        if OmegaConf.select(self.config, "rerun"):
+            return set(), ""
+        url = OmegaConf.select(self.config, "db_url")
+        if missing_sqlite_file(url) is not None:
+            return set(), ""
+        try:
+            from results_db.migrate import is_current
+            from results_db.runs import done_run_keys
+
+            engine = connect(resolve_db_url(url), upgrade=False)
+            try:
+                if not is_current(engine):
+                    return set(), " (the database's schema is older: runs already done not checked)"
+                return done_run_keys(engine, specs[0].study, [run_key(s) for s in specs]), ""
+            finally:
+                engine.dispose()
+        except Exception as exc:  # noqa: BLE001 - a dry run still shows what it would submit
+            return set(), f" (database not reachable, runs already done not checked: {type(exc).__name__})"
 
     # -- while jobs run ------------------------------------------------------------------
 

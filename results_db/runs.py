@@ -111,6 +111,14 @@ def sweep_drivers(engine: Engine, study: str | None = None) -> list[DriverState]
             for (driver, name), e in sorted(merged.items())]
 
 
+def done_run_keys(engine: Engine, study: str, keys: Sequence[str]) -> set[str]:
+    """Of these run_keys, those whose latest attempt in ``study`` is done (a sweep skips them)."""
+    with Session(engine) as session:
+        return set(session.scalars(select(Run.run_key).join(Study, Run.study_id == Study.id)
+                                   .where(Study.name == study, Run.run_key.in_(list(keys)), Run.latest.is_(True),
+                                          Run.status == "done")))
+
+
 def get_or_create_study(session: Session, name: str) -> Study:
     study = session.scalars(select(Study).where(Study.name == name)).one_or_none()
     if study is None:

@@ -146,3 +146,21 @@ def test_every_shipped_study_validates(tmp_path, study, runs):
     proc = scalestudy("sweep", f"study={study}", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("    launch: ") == runs and f"study {study}" in proc.stdout
+
+
+def test_a_dry_run_lists_and_charges_only_the_runs_that_would_launch(tmp_path):
+    import sqlite3
+
+    args = ["study_name=dry", "nodes=1", "workers_per_node=1", "workload.kind=command", "workload.command=[echo,hi]"]
+    first = scalestudy("sweep", *args, "+params.i=0", f"hydra.sweep.dir={tmp_path / 'mr0'}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    dump = "\n".join(sqlite3.connect(tmp_path / "scalestudy.db").iterdump())
+    dry = scalestudy("sweep", *args, "+params.i=0,1,2", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr1'}",
+                     cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "3 runs of study dry" in dry.stdout and "2 would launch" in dry.stdout, dry.stdout
+    assert dry.stdout.count("already done (--rerun forces)") == 1 and dry.stdout.count("    launch: ") == 2
+    assert "\n".join(sqlite3.connect(tmp_path / "scalestudy.db").iterdump()) == dump   # read, nothing written
+    forced = scalestudy("sweep", *args, "+params.i=0,1,2", "--dry-run", "--rerun",
+                        f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path)
+    assert "3 would launch" in forced.stdout and forced.stdout.count("    launch: ") == 3
