@@ -48,10 +48,10 @@ def run_folders(paths: Iterable[Path]) -> Iterator[Path]:
 def not_ingested(engine: Engine) -> list[Path]:
     """Folders of runs the database knows but never ingested, whose result is there now."""
     with Session(engine) as session:
-        # the latest attempts whose sweep could not record their end (the database was away, the sweep stopped)
+        # the latest attempts whose results never made it in (the database was away, the sweep
+        # stopped, the files could not be read by an older scalestudy), whatever their recorded state
         dirs = session.scalars(select(Run.run_dir).where(Run.ingested_at.is_(None), Run.run_dir.is_not(None),
-                                                         Run.latest.is_(True),
-                                                         Run.status.in_(("pending", "running")))).all()
+                                                         Run.latest.is_(True))).all()
     return [Path(d) for d in dirs if (Path(d) / "result.json").is_file()]
 
 
@@ -64,15 +64,28 @@ def _job_id(folder: Path) -> str | None:
         return None
 
 
+class _Busy(Exception):
+    """The run's latest attempt is pending or running in another folder (a live sweep's)."""
+
+
 def _find(engine: Engine, study: str, key: str, folder: Path) -> tuple[int, bool] | None:
-    """The attempt this folder holds: the one recorded with this folder, else the run's latest."""
-    base = select(Run.id, Run.ingested_at).join(Study, Run.study_id == Study.id).where(Study.name == study,
-                                                                                       Run.run_key == key)
+    """The attempt this folder holds: the one recorded with this folder, else the run's latest
+    attempt if that one has ended (a database that lost track of the folder); never an attempt
+    still pending or running elsewhere, which its own sweep will ingest."""
+    base = select(Run.id, Run.ingested_at, Run.run_dir, Run.status).join(Study, Run.study_id == Study.id) \
+        .where(Study.name == study, Run.run_key == key)
+    here = folder.resolve()
     with Session(engine) as session:
-        row = session.execute(base.where(Run.run_dir == str(folder.absolute())).order_by(Run.attempt.desc())
-                              .limit(1)).one_or_none() or \
-            session.execute(base.where(Run.latest.is_(True))).one_or_none()
-    return None if row is None else (row[0], row[1] is not None)
+        rows = session.execute(base.order_by(Run.attempt.desc())).all()
+    for row in rows:
+        if row.run_dir and Path(row.run_dir).resolve() == here:
+            return row.id, row.ingested_at is not None
+    latest = next(iter(rows), None)
+    if latest is None:
+        return None
+    if latest.status in ("pending", "running"):
+        raise _Busy(f"run {latest.id} is {latest.status} in {latest.run_dir}; its sweep ingests it")
+    return latest.id, latest.ingested_at is not None
 
 
 def ingest_folders(engine: Engine, folders: Iterable[Path], on_line=print) -> IngestReport:
@@ -90,7 +103,12 @@ def ingest_folders(engine: Engine, folders: Iterable[Path], on_line=print) -> In
             on_line(f"  skip    {label}: not finished (no result.json)")
             continue
         key = run_key(spec)
-        found = _find(engine, spec.study, key, folder)
+        try:
+            found = _find(engine, spec.study, key, folder)
+        except _Busy as exc:
+            report.unfinished.append(label)
+            on_line(f"  skip    {label}: {exc}")
+            continue
         if found is None:
             [decision] = register_runs(engine, spec.study, [PlannedRun(key, spec.to_dict(), str(folder.absolute()))],
                                        driver="scalestudy-ingest")

@@ -175,7 +175,9 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         # in a batch job the site's worker_init has set PATH (its own launcher may come first); only
         # a launcher found nowhere is looked for in the environment's bin/
         env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{bin_dir}"
-    for stale in ("result.json", JOB_FILE):
+    from workloads.failure import FAILURE_FILE
+
+    for stale in ("result.json", JOB_FILE, FAILURE_FILE):
         (run_dir / stale).unlink(missing_ok=True)
     job_id = next((os.environ[v] for v in _JOB_ID_VARS if os.environ.get(v)), None)
     # the batch job this run is in, for the driver to notice if it ends under the run (a lost node)

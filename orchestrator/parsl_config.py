@@ -146,7 +146,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
 
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\[\]-]{0,127}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def cancel_batch_jobs(site: SiteConfig, job_ids: Iterable[str]) -> list[str]:

@@ -9,6 +9,8 @@ A failure is sorted by what it says about the next attempt:
 - ``node_lost``: the batch job the run was in ended under it (a node failed, the
   allocation was cancelled or ran out), or Parsl lost the worker running it. Retried
   on a new allocation.
+  A batch job that ran out of walltime counts as a ``timeout``; one cancelled by someone
+  (``scancel``) as ``cancelled``, never retried: somebody meant it.
 - ``crash``: anything else the MPI job did wrong (a rank raised or was killed).
 - ``ingest``: the run finished but its results cannot be read (never retried: rerunning
   would hide the damage; ``scalestudy status --failed`` shows it).
@@ -27,7 +29,8 @@ from workloads.failure import SETUP, read_failure
 from .config_schema import RETRY_KEYS
 from .errors import ConfigError, RunFailed
 
-SETUP_FAILURE, TIMEOUT, NODE_LOST, CRASH, INGEST = SETUP, "timeout", "node_lost", "crash", "ingest"
+SETUP_FAILURE, TIMEOUT, NODE_LOST, CRASH, INGEST, CANCELLED = SETUP, "timeout", "node_lost", "crash", "ingest", \
+    "cancelled"
 # the runs.status an attempt ended with, by kind of failure
 STATUS = {TIMEOUT: "timeout", NODE_LOST: "lost"}
 
@@ -35,13 +38,15 @@ STATUS = {TIMEOUT: "timeout", NODE_LOST: "lost"}
 class NodeLost(RunFailed):
     """The batch job (allocation) a run was in ended while the run was still on it."""
 
-    def __init__(self, message: str, job_id: str | None = None) -> None:
+    def __init__(self, message: str, job_id: str | None = None, state: str | None = None) -> None:
         super().__init__(message)
-        self.job_id = job_id
+        self.job_id, self.state = job_id, state   # state: Parsl's JobState name of the ended batch job
 
 
 # Parsl's names for a task whose worker or manager disappeared with its node or batch job
-_LOST_WORKER_ERRORS = ("ManagerLost", "WorkerLost", "BadStateException")
+_LOST_WORKER_ERRORS = ("ManagerLost", "WorkerLost")
+# Parsl's name for an executor whose blocks cannot be submitted (a bad account, queue): permanent
+_CANNOT_SUBMIT_ERRORS = ("BadStateException",)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ def classify(error: BaseException | None, run_dir: Path) -> str:
         name = type(error).__name__
         if name == "RunTimedOut":
             return TIMEOUT
-        if isinstance(error, NodeLost) or name in _LOST_WORKER_ERRORS:
+        if name in _CANNOT_SUBMIT_ERRORS:
+            return SETUP_FAILURE
+        if isinstance(error, NodeLost):
+            return {"TIMEOUT": TIMEOUT, "CANCELLED": CANCELLED}.get(error.state or "", NODE_LOST)
+        if name in _LOST_WORKER_ERRORS:
             return NODE_LOST
     return CRASH

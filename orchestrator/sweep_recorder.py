@@ -37,7 +37,7 @@ from .launcher import SweepJob
 from .mpi_run import JOB_FILE, LOG_FILE, SPEC_FILE, STARTED_FILE
 from .progress import SweepProgress
 from .provenance import provenance
-from .retry_policy import INGEST, STATUS, NodeLost, RetryPolicy, SETUP_FAILURE, classify
+from .retry_policy import INGEST, NODE_LOST, STATUS, NodeLost, RetryPolicy, SETUP_FAILURE, classify
 from .runspec import build_run_spec, run_key
 from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 
@@ -410,7 +410,8 @@ class SweepRecorder:
             if now - first >= LOST_GRACE:
                 self._ended_seen.pop(job.idx, None)
                 lost[job.idx] = NodeLost(f"lost: its batch job {jid} ended under it (the scheduler reports "
-                                         f"{ended[jid]}){_node_failure(job.output_dir)}", job_id=jid)
+                                         f"{ended[jid]}){_node_failure(job.output_dir)}", job_id=jid,
+                                         state=ended[jid])
         return lost
 
     def on_job_end(self, job: SweepJob, result: JobReturn) -> bool:
@@ -439,9 +440,32 @@ class SweepRecorder:
             return False
         error = result._return_value
         kind = classify(error, job.output_dir)
+        if kind == NODE_LOST and (job.output_dir / "result.json").is_file() and self._ingest_after_loss(job, label):
+            return False   # the run had finished; only its answer was lost with the batch job
         text = str(error) if kind in STATUS else f"{type(error).__name__}: {error}"
-        mark_failed(self.engine, run_id, text, status=STATUS.get(kind, "failed"), job_id=getattr(error, "job_id", None))
+        if not mark_failed(self.engine, run_id, text, status=STATUS.get(kind, "failed"),
+                           job_id=getattr(error, "job_id", None), driver=self.driver):
+            self.failed.add(job.idx)
+            self.progress.failed(label, f"{error} (not recorded or retried here: another sweep has taken the "
+                                        f"run over)", running)
+            return False
         return self._failed(job, label, str(error), kind, running)
+
+    def _ingest_after_loss(self, job: SweepJob, label: str) -> bool:
+        """A run whose batch job ended after the run had written its result: ingested, not retried."""
+        try:
+            ingest_run(self.engine, self.run_ids[job.idx], job.output_dir)
+        except (IngestError, OSError, ValueError):
+            return False
+        result = json.loads((job.output_dir / "result.json").read_text())
+        if result.get("status") != "done":
+            self.failed.add(job.idx)
+            self.progress.failed(label, str(result.get("error") or "the run reported failure"),
+                                 len(self.started - self.ended))
+        else:
+            self.progress.done(label, _headline(result) + " (its batch job ended after it finished)",
+                               len(self.started - self.ended))
+        return True
 
     def _failed(self, job: SweepJob, label: str, reason: str, kind: str, running: int) -> bool:
         """A failed attempt: started again if the retry policy allows (a new attempt row; this
@@ -457,11 +481,17 @@ class SweepRecorder:
         counts[kind] = counts.get(kind, 0) + 1
         old_id = self.run_ids[job.idx]
         try:
+            new_id = new_attempt(self.engine, old_id, self.driver, run_dir=str(job.output_dir))
+            if new_id is None:
+                self.failed.add(job.idx)
+                self.progress.failed(label, f"{reason} (not retried here: another sweep has taken the run over)",
+                                     running)
+                return False
             old_dir = _archive_attempt(job.output_dir, old_id)
             from results_db.runs import set_run_dir
 
             set_run_dir(self.engine, old_id, str(old_dir))
-            self.run_ids[job.idx] = new_attempt(self.engine, old_id, self.driver, run_dir=str(job.output_dir))
+            self.run_ids[job.idx] = new_id
         except Exception as exc:  # the database went away, the folder cannot be moved: no retry then
             self.failed.add(job.idx)
             self.progress.failed(label, f"{reason} (not retried: {type(exc).__name__}: {exc})", running)

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import math
 
 from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .failpoints import failpoint
@@ -30,6 +31,24 @@ from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
 
 SUPPORTED_SCHEMAS = (1,)
+
+
+def _integrity_errors() -> tuple[type[BaseException], ...]:
+    """A record whose NOT NULL field is missing fails in the row sinks, which write through the
+    driver (sqlite3's executemany, psycopg's COPY), not through SQLAlchemy."""
+    import sqlite3
+
+    errors: list[type[BaseException]] = [IntegrityError, sqlite3.IntegrityError]
+    try:
+        import psycopg
+
+        errors.append(psycopg.IntegrityError)
+    except ImportError:  # pragma: no cover - PostgreSQL support not installed
+        pass
+    return tuple(errors)
+
+
+_INTEGRITY_ERRORS = _integrity_errors()
 _STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "delay",
                 "loss", "seconds")
 _ROUND_FIELDS = ("round", "initiator", "fresh", "stale", "null", "synchronous", "t0", "latency")
@@ -109,6 +128,8 @@ class _Reader:
                             self.truncated = True
                             return
                         raise IngestError(f"{path}:{lineno}: not valid JSON ({str(exc).split(':')[0]})") from None
+                    if not isinstance(rec, dict):
+                        raise IngestError(f"{path}:{lineno}: not a JSON object")
                     if rec.get("schema") not in SUPPORTED_SCHEMAS:
                         raise IngestError(
                             f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
@@ -150,48 +171,53 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         events = RowSink(session, "events", _EVENT_COLUMNS)
         truncated: list[str] = []
         last_eval: dict[str, Any] = {}
-        for path in rank_files:
-            rank = int(path.stem.split("-")[1])
-            start: dict[str, Any] = {}
-            end: dict[str, Any] = {}
-            reader = _Reader(path)
-            event_rows, step_rows = events.rows, steps.rows  # the hot loop appends directly
-            for rec in reader:
-                kind = rec["type"]
-                if kind == "event":
-                    tensors = rec.get("tensors")
-                    event_rows.append((run_id, rank, rec["step"], rec.get("tensor", ""), rec["phase"], rec["t0"],
-                                       rec["t1"], rec.get("bytes", 0),
-                                       ",".join(tensors) if tensors.__class__ is list else None, rec.get("arrival")))
-                    if len(event_rows) >= events.batch:
-                        events.flush()
-                        event_rows = events.rows
-                elif kind == "step":
-                    step_rows.append((run_id, rank, *[rec.get(k) for k in _STEP_FIELDS]))
-                    if len(step_rows) >= steps.batch:
-                        steps.flush()
-                        step_rows = steps.rows
-                elif kind == "round":
-                    session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
-                elif kind == "eval":
-                    session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
-                    last_eval = rec
-                elif kind == "run_start":
-                    start = rec
-                elif kind == "run_end":
-                    end = rec
-            if reader.truncated:
-                truncated.append(path.name)
-            host = start.get("node") or start.get("host", "?")
-            if host not in hosts:
-                hosts.append(host)
-            versions = versions or start.get("versions")
-            session.execute(insert(RankSummary), [{
-                "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
-                "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
-            }])
-        steps.flush()
-        events.flush()
+        try:  # a record missing a field its type needs breaks the contract: one line, not a KeyError
+            for path in rank_files:
+                rank = int(path.stem.split("-")[1])
+                start: dict[str, Any] = {}
+                end: dict[str, Any] = {}
+                reader = _Reader(path)
+                event_rows, step_rows = events.rows, steps.rows  # the hot loop appends directly
+                for rec in reader:
+                    kind = rec["type"]
+                    if kind == "event":
+                        tensors = rec.get("tensors")
+                        event_rows.append((run_id, rank, rec["step"], rec.get("tensor", ""), rec["phase"], rec["t0"],
+                                           rec["t1"], rec.get("bytes", 0),
+                                           ",".join(tensors) if tensors.__class__ is list else None, rec.get("arrival")))
+                        if len(event_rows) >= events.batch:
+                            events.flush()
+                            event_rows = events.rows
+                    elif kind == "step":
+                        step_rows.append((run_id, rank, *[rec.get(k) for k in _STEP_FIELDS]))
+                        if len(step_rows) >= steps.batch:
+                            steps.flush()
+                            step_rows = steps.rows
+                    elif kind == "round":
+                        session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
+                    elif kind == "eval":
+                        session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
+                        last_eval = rec
+                    elif kind == "run_start":
+                        start = rec
+                    elif kind == "run_end":
+                        end = rec
+                if reader.truncated:
+                    truncated.append(path.name)
+                host = start.get("node") or start.get("host", "?")
+                if host not in hosts:
+                    hosts.append(host)
+                versions = versions or start.get("versions")
+                session.execute(insert(RankSummary), [{
+                    "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
+                    "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
+                }])
+            steps.flush()
+            events.flush()
+        except (KeyError, TypeError, *_INTEGRITY_ERRORS) as exc:
+            what = exc.orig if isinstance(exc, IntegrityError) else exc
+            raise IngestError(f"{path}: a record lacks or mistypes a field the metrics contract needs "
+                              f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
         if events.written:
             _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)

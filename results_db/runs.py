@@ -73,7 +73,17 @@ def driver_alive(driver: str | None, now: float, beat: float | None) -> bool:
             return False
         except PermissionError:
             pass
+        if _zombie(int(pid)):   # killed, not yet reaped (a container whose init does not reap)
+            return False
     return now - beat < HEARTBEAT_STALE_SECONDS
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"   # the state follows the parenthesised name
 
 
 @dataclass(frozen=True)
@@ -191,11 +201,15 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
     return decisions
 
 
-def new_attempt(engine: Engine, run_id: int, driver: str, run_dir: str | None = None) -> int:
+def new_attempt(engine: Engine, run_id: int, driver: str, run_dir: str | None = None) -> int | None:
     """Start the next attempt at run ``run_id`` (which has ended: failed, timeout, lost), owned by
-    ``driver``; the ended one stays as it is, no longer ``latest``. Returns the new row's id."""
+    ``driver``; the ended one stays as it is, no longer ``latest``. Returns the new row's id, or
+    None when the run is no longer this driver's (another sweep took it over while this one was
+    frozen): then it is not retried here, or it would run twice."""
     with Session(writer(engine)) as session, session.begin():
-        old = session.get(Run, run_id)
+        old = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
+        if old is None or not old.latest or old.driver != driver:
+            return None
         old.latest = False
         run = Run(attempt=old.attempt + 1, **{name: getattr(old, name) for name in _IDENTITY_AND_PROVENANCE})
         run.run_dir = run_dir if run_dir is not None else old.run_dir
@@ -244,14 +258,19 @@ def mark_running(engine: Engine, run_ids: Iterable[int], job_ids: dict[int, str]
                 run.job_id = str(job_ids[run.id])
 
 
-def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed", job_id: str | None = None) -> None:
+def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed", job_id: str | None = None,
+                driver: str | None = None) -> bool:
     """``status``: ``failed``, ``timeout`` for a run stopped at its time limit, or ``lost`` for
-    one whose batch job or node died under it (``job_id``: that batch job)."""
+    one whose batch job or node died under it (``job_id``: that batch job). With ``driver``, only
+    while the run is still that sweep's (not taken over by another); False if it was not."""
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
+        if run is None or (driver is not None and (run.driver != driver or not run.latest)):
+            return False
         run.status, run.error, run.finished_at = status, error[-4000:], utcnow()
         if job_id:
             run.job_id = str(job_id)
+        return True
 
 
 def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:

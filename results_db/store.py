@@ -84,7 +84,10 @@ def connect(url: str | None = None, upgrade: bool = True) -> Engine:
     if new_file is not None and new_file.parent.is_dir():
         # the results are the user's: created readable by the user only (SQLite gives its -wal
         # and -shm files the same mode); share them by moving to PostgreSQL or with chmod
-        os.close(os.open(new_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            os.close(os.open(new_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError:   # created meanwhile by another sweep, or not writable: SQLite says so itself
+            pass
     engine = create_engine(resolved, future=True, hide_parameters=True)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)

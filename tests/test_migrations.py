@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from results_db import connect
 from results_db.migrate import alembic_config, current_revision, head_revision
@@ -55,6 +57,19 @@ def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
         tables = set(inspect(conn).get_table_names())
     assert {"events", "step_stats", "rounds"} <= tables
     assert "ix_runs_study_algorithm_nodes" in {i["name"] for i in inspect(engine).get_indexes("runs")}
+    # 0004: the old run is its first and latest attempt; (study, run_key) no longer unique, the attempt is
+    from results_db.runs import new_attempt
+
+    with engine.connect() as conn:
+        assert tuple(conn.execute(text("select attempt, latest from runs")).one()) == (1, True)
+        conn.execute(text("update runs set driver = 'h:1' where id = 7"))
+        conn.commit()
+    second = new_attempt(engine, 7, "h:1")
+    with engine.connect() as conn:
+        rows = conn.execute(text("select id, run_key, attempt, latest from runs order by attempt")).all()
+        assert [tuple(r) for r in rows] == [(7, "k7", 1, False), (second, "k7", 2, True)]
+        with pytest.raises(IntegrityError):   # one row per attempt
+            conn.execute(text("update runs set attempt = 1 where id = :i"), {"i": second})
 
 
 def test_db_command_upgrades_and_reports(tmp_path):

@@ -63,6 +63,23 @@ def _corrupt_result(d):
     (d / "result.json").write_text('{"schema": 1, "status": "do')
 
 
+def _not_an_object(d):
+    path = d / "metrics" / "rank-0.jsonl"
+    lines = path.read_text().splitlines()
+    lines[3] = "123"
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _step_without_its_number(d):
+    path = d / "metrics" / "rank-1.jsonl"
+    lines = path.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if '"type":"step"' in line.replace(" ", ""))
+    rec = json.loads(lines[i])
+    del rec["step"]
+    lines[i] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _no_metrics(d):
     shutil.rmtree(d / "metrics")
 
@@ -76,6 +93,8 @@ DAMAGE = {
     "newer_result_schema": (_newer_result_schema, "failed", "result schema 3 is not supported"),
     "corrupt_result": (_corrupt_result, "failed", "result.json: not valid JSON"),
     "no_metrics": (_no_metrics, "failed", "no rank-*.jsonl files"),
+    "not_an_object": (_not_an_object, "failed", "rank-0.jsonl:4: not a JSON object"),
+    "step_without_its_number": (_step_without_its_number, "failed", "rank-1.jsonl: a record lacks or mistypes"),
 }
 
 

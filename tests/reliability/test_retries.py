@@ -128,3 +128,53 @@ def test_a_bad_retry_policy_is_one_line_and_nothing_runs(tmp_path, override, say
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "scalestudy.db").exists() or not _attempts(tmp_path)
+
+
+def test_how_a_failure_is_sorted(tmp_path):
+    """The kind decides the retry: a batch job that ran out of walltime is a timeout, one
+    someone cancelled is never retried, one that failed with its node is a lost node, an
+    executor that cannot submit blocks (a bad account) is a setup failure."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.mpi_run import RunTimedOut
+    from orchestrator.retry_policy import NodeLost, RetryPolicy, classify
+    from workloads.failure import record_failure
+
+    class BadStateException(Exception):  # Parsl's name, as the task's error carries it
+        pass
+
+    assert classify(NodeLost("x", "7", "FAILED"), tmp_path) == "node_lost"
+    assert classify(NodeLost("x", "7", "COMPLETED"), tmp_path) == "node_lost"   # gone from the queue
+    assert classify(NodeLost("x", "7", "TIMEOUT"), tmp_path) == "timeout"
+    assert classify(NodeLost("x", "7", "CANCELLED"), tmp_path) == "cancelled"
+    assert classify(BadStateException("no account"), tmp_path) == "setup"
+    assert classify(ConfigError("nodes", 0, "bad"), tmp_path) == "setup"
+    assert classify(RunTimedOut("t"), tmp_path) == "timeout"
+    assert classify(RuntimeError("boom"), tmp_path) == "crash"
+    record_failure(tmp_path, 1, "setup", "workloads: rank 1: setup failed: ImportError")
+    assert classify(RuntimeError("exited with 1"), tmp_path) == "setup"
+    policy = RetryPolicy(crash=1, timeout=0, node_lost=2)
+    assert policy.allows("node_lost", 1) and not policy.allows("node_lost", 2)
+    assert not policy.allows("cancelled", 0) and not policy.allows("setup", 0) and not policy.allows("timeout", 0)
+
+
+def test_a_run_taken_over_by_another_sweep_is_not_retried_or_marked_by_the_first(tmp_path):
+    """Driver A was frozen past the stale time; sweep B took its run over in place. When A
+    wakes up and sees its attempt fail, it must neither record that failure over B's attempt
+    nor start a new attempt (the run would then execute twice)."""
+    from results_db.runs import PlannedRun, mark_failed, new_attempt, register_runs
+
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    spec = {"study": "s", "nodes": 1, "workers_per_node": 1, "batch_size": 8}
+    [a] = register_runs(engine, "s", [PlannedRun("k", spec, str(tmp_path / "a"))], driver="host:1")
+    with Session(engine) as s:   # A's heartbeat goes stale
+        s.get(Run, a.run_id).heartbeat = 0.0
+        s.commit()
+    [b] = register_runs(engine, "s", [PlannedRun("k", spec, str(tmp_path / "b"))], driver="host:2")
+    assert b.submit and b.run_id == a.run_id   # taken over in place
+    assert mark_failed(engine, a.run_id, "lost", status="lost", driver="host:1") is False
+    assert new_attempt(engine, a.run_id, "host:1") is None
+    with Session(engine) as s:
+        [run] = s.scalars(select(Run)).all()
+        assert (run.driver, run.status, run.latest, run.attempt) == ("host:2", "pending", True, 1)
+    assert mark_failed(engine, b.run_id, "boom", driver="host:2") is True
+    assert new_attempt(engine, b.run_id, "host:2") is not None
