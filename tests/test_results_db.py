@@ -82,7 +82,7 @@ def test_registering_again_skips_done_runs_and_never_duplicates(engine, finished
 
 
 def test_failed_attempts_are_kept_when_retried(engine, finished_run):
-    [d] = register_runs(engine, "s", [_plan(finished_run)])
+    [d] = register_runs(engine, "s", [_plan(finished_run)], driver="host:1")
     mark_failed(engine, d.run_id, "lost: its batch job 7 ended (FAILED)", status="lost")
     retry = new_attempt(engine, d.run_id, "host:1", run_dir=str(finished_run))
     ingest_run(engine, retry, finished_run)
