@@ -25,6 +25,7 @@ from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 from parsl.launchers import SimpleLauncher
 from parsl.providers import PBSProProvider, SlurmProvider
 
+from .launch_flags import binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
 from .providers import CobaltProvider
 from .sites import SiteConfig, walltime_seconds
 
@@ -51,32 +52,6 @@ def executor_label(site: SiteConfig, nodes: int) -> str:
     """One executor per node count on a scheduler; one for everything on this host, where
     runs of different sizes would otherwise run at once on the same cores."""
     return site.name if site.provider == "local" else f"{site.name}-{nodes}n"
-
-
-def binding_flags(site: SiteConfig, threads_per_rank: int) -> str:
-    """Launcher flags that give each rank its share of a node's cores."""
-    if site.mpi_launcher == "srun":
-        return f"--cpus-per-task={threads_per_rank}"
-    if site.mpi_launcher == "aprun":
-        return f"-d {threads_per_rank} -cc depth -j {site.threads_per_core}"
-    if site.provider == "pbspro":  # Cray PALS mpiexec (Polaris)
-        return f"--depth={threads_per_rank} --cpu-bind=depth"
-    return ""  # MPICH's hydra on this host: no pinning, ranks share the cores
-
-
-def failure_flags(site: SiteConfig) -> str:
-    """Launcher flags that end the whole MPI job when one rank fails.
-
-    srun otherwise lets the other ranks run on: after a rank dies in ``MPI_Init`` they
-    spin there until the job's walltime. MPICH's and Cray's ``mpiexec`` and ``aprun``
-    already abort the job when a rank exits non-zero.
-    """
-    return "--kill-on-bad-exit=1" if site.mpi_launcher == "srun" else ""
-
-
-def launch_flags(site: SiteConfig, threads_per_rank: int) -> str:
-    """Everything scalestudy adds to the site's own ``launcher_options`` for one run."""
-    return " ".join(x for x in (failure_flags(site), binding_flags(site, threads_per_rank)) if x)
 
 
 def worker_init(site: SiteConfig, run_dir: Path) -> str:

@@ -214,11 +214,11 @@ class SweepRecorder:
     def _cancel_stopped_sweeps_jobs(self, decisions) -> None:
         """The batch jobs of a stopped sweep whose runs this one takes over: cancelled now, so that
         they do not hold nodes until their walltime (and their runs do not finish twice)."""
-        from .parsl_config import cancel_batch_jobs
-
         jobs = sorted({d.taken_over_job for d in decisions if d.submit and d.taken_over_job})
         if not jobs or self.site.provider == "local":
-            return
+            return   # (before importing Parsl: 1 s a local sweep need not pay)
+        from .parsl_config import cancel_batch_jobs
+
         cancelled = cancel_batch_jobs(self.site, jobs)
         if cancelled:
             self.console.print(f"[yellow]cancelled batch job(s) {', '.join(cancelled)} of a sweep that stopped; "
@@ -280,7 +280,7 @@ class SweepRecorder:
         return False
 
     def launcher_options(self, job: SweepJob) -> str:
-        from .parsl_config import launch_flags
+        from .launch_flags import launch_flags
 
         return launch_flags(self.site, self.specs[job.idx].threads_per_worker)
 

@@ -164,3 +164,21 @@ def test_a_dry_run_lists_and_charges_only_the_runs_that_would_launch(tmp_path):
     forced = scalestudy("sweep", *args, "+params.i=0,1,2", "--dry-run", "--rerun",
                         f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path)
     assert "3 would launch" in forced.stdout and forced.stdout.count("    launch: ") == 3
+
+
+def test_a_local_sweep_imports_neither_parsl_nor_pandas(tmp_path):
+    """A local sweep's fixed cost (benchmarks/bench_overhead.py): Parsl (~1 s of imports) is for
+    sites with a scheduler, pandas for the reading commands. Fails if a new step imports them."""
+    import subprocess
+    import sys
+
+    from conftest import env_with_bin
+
+    program = ("import sys; from orchestrator.cli import main; "
+               "rc = main(['sweep', 'study_name=imports', 'nodes=1', 'workers_per_node=1', 'workload.kind=command', "
+               f"'workload.command=[echo,hi]', 'hydra.sweep.dir={tmp_path / 'mr'}']); "
+               "print('imported:', sorted(m for m in ('parsl', 'pandas') if m in sys.modules)); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          env=env_with_bin(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "imported: []" in proc.stdout, proc.stdout

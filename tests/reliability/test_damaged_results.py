@@ -35,11 +35,17 @@ def _cut_last_line(d):
     path.write_bytes(data[: len(data) - 25])      # a writer killed mid-line
 
 
-def _garbage_mid_file(d):
-    path = d / "metrics" / "rank-0.jsonl"
+def _edit_line(d, rank: int, edit) -> None:
+    """Replace one line of a rank's metrics file: ``edit(lines)`` returns (index, new text)."""
+    path = d / "metrics" / f"rank-{rank}.jsonl"
     lines = path.read_text().splitlines()
-    lines[3] = '{"type": "step", "schema": 1, "step": 2, "ep'
+    i, text = edit(lines)
+    lines[i] = text
     path.write_text("\n".join(lines) + "\n")
+
+
+def _garbage_mid_file(d):
+    _edit_line(d, 0, lambda lines: (3, '{"type": "step", "schema": 1, "step": 2, "ep'))
 
 
 def _binary(d):
@@ -47,10 +53,8 @@ def _binary(d):
 
 
 def _newer_metrics_schema(d):
-    path = d / "metrics" / "rank-1.jsonl"
-    lines = path.read_text().splitlines()
-    lines[1] = lines[1].replace('"schema":1', '"schema":7').replace('"schema": 1', '"schema": 7')
-    path.write_text("\n".join(lines) + "\n")
+    _edit_line(d, 1, lambda lines: (1, lines[1].replace('"schema":1', '"schema":7')
+                                       .replace('"schema": 1', '"schema": 7')))
 
 
 def _newer_result_schema(d):
@@ -64,20 +68,17 @@ def _corrupt_result(d):
 
 
 def _not_an_object(d):
-    path = d / "metrics" / "rank-0.jsonl"
-    lines = path.read_text().splitlines()
-    lines[3] = "123"
-    path.write_text("\n".join(lines) + "\n")
+    _edit_line(d, 0, lambda lines: (3, "123"))
 
 
 def _step_without_its_number(d):
-    path = d / "metrics" / "rank-1.jsonl"
-    lines = path.read_text().splitlines()
-    i = next(i for i, line in enumerate(lines) if '"type":"step"' in line.replace(" ", ""))
-    rec = json.loads(lines[i])
-    del rec["step"]
-    lines[i] = json.dumps(rec)
-    path.write_text("\n".join(lines) + "\n")
+    def edit(lines):
+        i = next(i for i, line in enumerate(lines) if '"type":"step"' in line.replace(" ", ""))
+        rec = json.loads(lines[i])
+        del rec["step"]
+        return i, json.dumps(rec)
+
+    _edit_line(d, 1, edit)
 
 
 def _no_metrics(d):
