@@ -23,7 +23,7 @@ commands:
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
   figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
-  sites                             the site configs this install knows
+  sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
@@ -442,12 +442,28 @@ def _figures(argv: Sequence[str]) -> int:
 
 
 def _sites(argv: Sequence[str]) -> int:
-    argparse.ArgumentParser(prog="scalestudy sites").parse_args(argv)
+    parser = argparse.ArgumentParser(prog="scalestudy sites", description="List the known sites; with --check, "
+                                     "check on this (login) node the environment a site's runs would get.")
+    parser.add_argument("--check", metavar="SITE", help="site name or site file: report the Python, the libmpi "
+                        "mpi4py loads and the MPI launcher its batch jobs would use; exit 1 on a problem")
+    args = parser.parse_args(argv)
+    from .errors import ConfigError
     from .sites import known_sites, load_site
 
+    if args.check:
+        from .mpi_env import findings, probe_site, render_check
+
+        try:
+            site = load_site(args.check)
+        except ConfigError as exc:
+            return _fail(str(exc))
+        probe = probe_site(site)
+        found = findings(site, probe)
+        print(render_check(site, probe, found))
+        return 1 if any(f.level == "error" for f in found) else 0
     for name in known_sites():
         site = load_site(name)
-        print(f"{name:14s} {site.provider:8s} {site.mpi_launcher:8s} {site.description}")
+        print(f"{name:14s} {site.provider:8s} {site.mpi_launcher:8s} mpi:{site.mpi:7s} {site.description}")
     return 0
 
 

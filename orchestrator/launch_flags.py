@@ -9,12 +9,32 @@ from __future__ import annotations
 from .sites import SiteConfig
 
 
-def binding_flags(site: SiteConfig, threads_per_rank: int) -> str:
-    """Launcher flags that give each rank its share of a node's cores."""
+def hardware_threads_per_core(site: SiteConfig, threads_per_node: int) -> int:
+    """How many hardware threads of each core a run uses: 1 until its threads outnumber the
+    cores, then 2, ... up to the core's hardware threads (aprun's ``-j``)."""
+    return max(1, min(site.threads_per_core, -(-threads_per_node // site.cores_per_node)))
+
+
+def binding_flags(site: SiteConfig, threads_per_rank: int, ranks_per_node: int = 1) -> str:
+    """Launcher flags that give each rank its share of a node's cores.
+
+    Each rank gets ``threads_per_rank`` hardware threads, on whole cores while the node's
+    threads fit on its cores (one hardware thread per core), two per core past that, ...
+    - aprun (Theta): ``-d`` counts CPUs as ``-j`` defines them, ``-j`` is the hardware
+      threads used per core, ``-cc depth`` places ranks ``-d`` apart (ALCF, Theta example
+      job scripts and affinity page).
+    - srun (Perlmutter): ``-c`` counts logical CPUs, and a core has ``threads_per_core`` of
+      them, so a rank that should own k cores asks for k x threads_per_core (NERSC, "Process
+      and thread affinity").
+    - PALS mpiexec (Polaris): ``--depth`` is the hardware threads per rank, ``--cpu-bind
+      depth`` places ranks that far apart (ALCF, Polaris "Running jobs").
+    """
+    j = hardware_threads_per_core(site, threads_per_rank * ranks_per_node)
+    cores_per_rank = -(-threads_per_rank // j)
     if site.mpi_launcher == "srun":
-        return f"--cpus-per-task={threads_per_rank}"
+        return f"--cpus-per-task={cores_per_rank * site.threads_per_core}"
     if site.mpi_launcher == "aprun":
-        return f"-d {threads_per_rank} -cc depth -j {site.threads_per_core}"
+        return f"-d {cores_per_rank * j} -cc depth -j {j}"
     if site.provider == "pbspro":  # Cray PALS mpiexec (Polaris)
         return f"--depth={threads_per_rank} --cpu-bind=depth"
     return ""  # MPICH's hydra on this host: no pinning, ranks share the cores
@@ -30,6 +50,6 @@ def failure_flags(site: SiteConfig) -> str:
     return "--kill-on-bad-exit=1" if site.mpi_launcher == "srun" else ""
 
 
-def launch_flags(site: SiteConfig, threads_per_rank: int) -> str:
+def launch_flags(site: SiteConfig, threads_per_rank: int, ranks_per_node: int = 1) -> str:
     """Everything scalestudy adds to the site's own ``launcher_options`` for one run."""
-    return " ".join(x for x in (failure_flags(site), binding_flags(site, threads_per_rank)) if x)
+    return " ".join(x for x in (failure_flags(site), binding_flags(site, threads_per_rank, ranks_per_node)) if x)

@@ -171,6 +171,16 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         # its mpiexec starts the ranks and the `python` a command names is this one
         if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
             env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    elif env.get("SCALESTUDY_SITE_MPI") == "system":
+        # the machine's launcher, never the venv's (whose bin/ activation put first on PATH)
+        from .mpi_env import resolve_launcher
+
+        try:
+            cmd[0] = resolve_launcher(cmd[0], env)
+        except FileNotFoundError as exc:
+            from .errors import ConfigError
+
+            raise ConfigError("site.mpi", "system", str(exc)) from None
     elif shutil.which(cmd[0], path=env.get("PATH")) is None:
         # in a batch job the site's worker_init has set PATH (its own launcher may come first); only
         # a launcher found nowhere is looked for in the environment's bin/

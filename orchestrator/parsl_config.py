@@ -27,7 +27,9 @@ from parsl.providers import PBSProProvider, SlurmProvider
 
 from .launch_flags import binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
 from .providers import CobaltProvider
-from .sites import SiteConfig, walltime_seconds
+from .mpi_env import batch_environment
+from .queues import charged_node_hours, site_for_nodes
+from .sites import SiteConfig
 
 
 # Parsl's own log goes to its run folder (runinfo/), not through Hydra's console handlers.
@@ -55,11 +57,7 @@ def executor_label(site: SiteConfig, nodes: int) -> str:
 
 
 def worker_init(site: SiteConfig, run_dir: Path) -> str:
-    lines = []
-    lines.append(f"export PATH={shlex.quote(_env_bin_dir())}:\"$PATH\"")
-    lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
-    lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
-    return "\n".join(lines)
+    return "\n".join(batch_environment(site))
 
 
 def make_provider(site: SiteConfig, nodes: int, init: str):
@@ -69,13 +67,16 @@ def make_provider(site: SiteConfig, nodes: int, init: str):
     if site.provider == "slurm":
         # --no-requeue: a job killed with its node fails the task (Parsl retries) instead of hanging in requeue
         options = "\n".join(f"#SBATCH {d}" for d in ["--no-requeue", *directives])
-        return SlurmProvider(partition=site.partition or None, account=site.account or None,
+        qos = site.slurm_queue == "qos"
+        return SlurmProvider(partition=None if qos else (site.partition or None), qos=site.partition if qos else None,
+                             account=site.account or None,
                              nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=1,
                              walltime=site.walltime, scheduler_options=options, worker_init=init,
                              launcher=SimpleLauncher(), exclusive=True, cmd_timeout=30)
     if site.provider == "pbspro":
         options = "\n".join(f"#PBS {d}" for d in directives)
         return PBSProProvider(account=site.account or None, queue=site.partition or None, scheduler_options=options,
+                              select_options=site.select_options,
                               worker_init=init, nodes_per_block=nodes, cpus_per_node=site.cores_per_node,
                               init_blocks=0, min_blocks=0, max_blocks=1, walltime=site.walltime,
                               launcher=SimpleLauncher(), cmd_timeout=60)
@@ -105,7 +106,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
     init = worker_init(site, run_dir)
     sizes = {executor_label(site, n): n for n in sorted(set(node_counts))}
     executors = [
-        MPIExecutor(label=label, provider=make_provider(site, n, init),
+        MPIExecutor(label=label, provider=make_provider(site_for_nodes(site, n), n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if site.name.startswith("local") else None,
                     heartbeat_period=15, heartbeat_threshold=120,
@@ -153,7 +154,7 @@ def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[s
         env = "".join(f"\n  {name}={value}" for name, value in site.env)
         return "(no batch script: runs start from this process, one after another, on this host)" + \
             (f"\nenvironment:{env}" if env else ""), "-"
-    provider = make_provider(site, nodes, worker_init(site, run_dir))
+    provider = make_provider(site_for_nodes(site, nodes), nodes, worker_init(site, run_dir))
     seen: list[str] = []
     replies = {"slurm": "Submitted batch job 0", "pbspro": "0.dry-run", "cobalt": "0"}
 
@@ -183,5 +184,6 @@ def launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_op
 
 
 
-def node_hours(site: SiteConfig, nodes: int) -> float:
-    return nodes * walltime_seconds(site.walltime) / 3600.0
+def node_hours(site: SiteConfig, nodes: int) -> tuple[int, float]:
+    """Nodes and node-hours the facility charges at most for one ``nodes``-node batch job."""
+    return charged_node_hours(site_for_nodes(site, nodes), nodes)

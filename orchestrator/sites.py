@@ -21,9 +21,13 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .queues import QueueLimits, parse_queues
 
 PROVIDERS = ("local", "slurm", "pbspro", "cobalt")
 MPI_LAUNCHERS = ("mpiexec", "srun", "aprun")
+# wheel: the MPI of the `mpich` wheel in this environment (laptops, CI, the local sites);
+# system: the machine's own MPI (Cray MPICH and PALS/aprun/srun), loaded with `modules`
+MPI_KINDS = ("wheel", "system")
 _NOT_SITES = {"template"}
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
@@ -33,6 +37,8 @@ WORD_RE = re.compile(r"^(?:[A-Za-z0-9_./:=@%+,~-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[
 FLAG_RE = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.:=,/@+-]*$")
 DIRECTIVE_WORD_RE = re.compile(r"^[A-Za-z0-9_./:=@%+,-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MODULE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+/-]{0,127}$")
+PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,1023}$")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,14 @@ class SiteConfig:
     worker_init: tuple[str, ...] = field(default_factory=tuple)
     # environment variables for the batch job and every rank (literal values, quoted when exported)
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    select_options: str = ""       # PBS Pro: added to the select statement, e.g. system=polaris
+    slurm_queue: str = "partition"  # Slurm: the queue is a partition, or a QOS (NERSC: --qos=regular)
+    mpi: str = "wheel"             # wheel | system (see MPI_KINDS)
+    modules: tuple[str, ...] = field(default_factory=tuple)   # `module load` each, before worker_init
+    libmpi: str = ""               # pin the MPI library mpi4py loads (MPI4PY_LIBMPI); "" = the loader's search
+    queues: tuple[QueueLimits, ...] = field(default_factory=tuple)   # the facility's queue table (queues.py)
+    sources: tuple[str, ...] = field(default_factory=tuple)  # facility pages this file was checked against
+    queue_pinned: bool = False     # the queue was given on the command line: never moved to another
 
     @property
     def queue(self) -> str:
@@ -149,6 +163,12 @@ def check_env(field_name: str, value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _check_module(value: Any) -> str:
+    if not isinstance(value, str) or not MODULE_RE.match(value):
+        raise ConfigError("site.modules", value, "expected a module name like cray-python/3.11.5")
+    return value
+
+
 def _positive_int(field_name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(field_name, value, "expected an integer >= 1")
@@ -177,7 +197,7 @@ def load_site(name: str) -> SiteConfig:
         if "partition" in raw:
             raise ConfigError("site.queue", raw["queue"], f"give queue or partition in {path.name}, not both")
         raw["partition"] = raw.pop("queue")
-    fields = {f.name: f for f in dataclasses.fields(SiteConfig) if f.name != "name"}
+    fields = {f.name: f for f in dataclasses.fields(SiteConfig) if f.name not in ("name", "queue_pinned")}
     for key in raw:
         if key not in fields:
             raise ConfigError(f"site.{key}", raw[key], f"unknown key in {path.name}; known: {', '.join(fields)}, queue")
@@ -220,6 +240,29 @@ def load_site(name: str) -> SiteConfig:
         raise ConfigError("site.worker_init", list(raw["worker_init"]), "the local site runs no batch script, so "
                           "nothing would run these; set environment variables with env: instead")
     raw["env"] = check_env("site.env", raw.get("env"))
+    raw["mpi"] = raw.get("mpi", "wheel")
+    if raw["mpi"] not in MPI_KINDS:
+        raise ConfigError("site.mpi", raw["mpi"], "expected wheel (this environment's mpich wheel) or system "
+                          "(the machine's MPI, from modules)")
+    if raw["mpi"] == "system" and raw["provider"] == "local":
+        raise ConfigError("site.mpi", "system", "the local site starts runs with this environment's mpiexec")
+    raw["modules"] = tuple(_check_module(m) for m in _list("site.modules", raw.get("modules")))
+    if raw.get("libmpi"):
+        if not isinstance(raw["libmpi"], str) or not PATH_RE.match(raw["libmpi"]):
+            raise ConfigError("site.libmpi", raw["libmpi"], "expected an absolute path to libmpi.so.12 (plain characters)")
+    if raw.get("slurm_queue", "partition") not in ("partition", "qos"):
+        raise ConfigError("site.slurm_queue", raw["slurm_queue"], "expected partition or qos")
+    if raw.get("select_options"):
+        value = raw["select_options"]
+        if raw["provider"] != "pbspro" or not isinstance(value, str) or \
+                not all(DIRECTIVE_WORD_RE.match(w) for w in value.lstrip(":").split(":")):
+            raise ConfigError("site.select_options", value, "expected PBS Pro select resources like system=polaris")
+        raw["select_options"] = value.lstrip(":")
+    raw["queues"] = parse_queues(raw.get("queues"), check_name, check_walltime)
+    raw["sources"] = tuple(str(x) for x in _list("site.sources", raw.get("sources")))
+    if raw["queues"] and raw.get("partition") and not any(q.name == raw["partition"] for q in raw["queues"]):
+        raise ConfigError("site.queue", raw["partition"], f"not in the queue table of {path.name}; known: "
+                          f"{', '.join(q.name for q in raw['queues'])}")
     raw["scheduler_options"] = tuple(check_directive("site.scheduler_options", d)
                                      for d in _list("site.scheduler_options", raw.get("scheduler_options")))
     return SiteConfig(name=path.stem, **raw)
@@ -232,6 +275,10 @@ def with_overrides(site: SiteConfig, account: Any = None, queue: Any = None, wal
         changes["account"] = check_name("account", account)
     if queue is not None:
         changes["partition"] = check_name("queue", queue)
+        changes["queue_pinned"] = True
+        if site.queues and not any(q.name == queue for q in site.queues):
+            raise ConfigError("queue", queue, f"not in site {site.name}'s queue table; known: "
+                              f"{', '.join(q.name for q in site.queues)}")
     if walltime is not None:
         changes["walltime"] = check_walltime("walltime", walltime)
         if site.max_walltime and walltime_seconds(walltime) > walltime_seconds(site.max_walltime):

@@ -39,6 +39,7 @@ from .progress import SweepProgress
 from .provenance import provenance
 from .retry_policy import INGEST, NODE_LOST, STATUS, NodeLost, RetryPolicy, SETUP_FAILURE, classify
 from .runspec import build_run_spec, run_key
+from .mpi_env import check_system_mpi
 from .sites import SiteConfig, load_site, walltime_seconds, with_overrides
 
 HEARTBEAT_EVERY = 5.0
@@ -162,6 +163,16 @@ class SweepRecorder:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
             specs.append(spec)
+        from .queues import choose_queue
+
+        for n in sorted({s.nodes for s in specs}):
+            choose_queue(site, n)   # a run no queue takes is refused before anything is registered
+        try:
+            check_system_mpi(site)
+        except ConfigError as exc:
+            if not OmegaConf.select(self.config, "dry_run"):
+                raise
+            self.console.print(f"[yellow]warning (a real sweep would stop here): {exc}[/yellow]")
         studies = {s.study for s in specs}
         if len(studies) > 1:
             raise ConfigError("study_name", sorted(studies), "one sweep records one study")
@@ -185,6 +196,7 @@ class SweepRecorder:
                    for s, j in zip(specs, jobs)]
         decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun, driver=self.driver)
         self._cancel_stopped_sweeps_jobs(decisions)
+        self._check_queues([s for s, d in zip(specs, decisions) if d.submit])
         submit = []
         for job, decision in zip(jobs, decisions):
             self.run_ids[job.idx] = decision.run_id
@@ -210,6 +222,14 @@ class SweepRecorder:
         self.progress = SweepProgress(self.console, total=sum(submit))
         failpoint("registered")   # the reliability suite: killed with runs recorded, none submitted
         return submit
+
+    def _check_queues(self, launching: Sequence[RunSpec], out: Console | None = None) -> None:
+        """The queues' per-user job limits against the batch jobs this sweep would hold at once;
+        prints where runs go to another queue than the site's own."""
+        from .queues import check_job_limits
+
+        for note in check_job_limits(self.site, {s.nodes for s in launching}):
+            (out or self.console).print(f"[cyan]{note}[/cyan]")
 
     def _cancel_stopped_sweeps_jobs(self, decisions) -> None:
         """The batch jobs of a stopped sweep whose runs this one takes over: cancelled now, so that
@@ -282,7 +302,8 @@ class SweepRecorder:
     def launcher_options(self, job: SweepJob) -> str:
         from .launch_flags import launch_flags
 
-        return launch_flags(self.site, self.specs[job.idx].threads_per_worker)
+        spec = self.specs[job.idx]
+        return launch_flags(self.site, spec.threads_per_worker, spec.workers_per_node)
 
     def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
         import shlex
@@ -299,22 +320,27 @@ class SweepRecorder:
         for job, spec in zip(jobs, specs):
             if run_key(spec) in done:
                 out.print(f"skip #{job.idx} {self.labels[job.idx]}: already done (--rerun forces)")
+        self._check_queues([s for _, s in launching], out)
+        total = 0.0
         with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
             for nodes in sorted({s.nodes for _, s in launching}):
                 script, submit_cmd = preview_batch_script(site, nodes, Path(scratch))
+                charged, hours = node_hours(site, nodes)
+                total += hours
                 out.print(f"\n[bold]batch job for {nodes}-node runs[/bold] — submitted with: {submit_cmd}")
+                out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours"
+                          + (f" (the queue's minimum charge is {charged} nodes)" if charged > nodes else ""))
                 out.print(script.rstrip())
-        total = 0.0
         out.print("")
         for job, spec in launching:
-            options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker)) if x)
+            options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker,
+                                                                                    spec.workers_per_node)) if x)
             prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
-            hours = node_hours(site, spec.nodes)
-            total += hours
             out.print(f"#{job.idx} {self.labels[job.idx]}\n    launch: {prefix} "
-                      f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}\n"
-                      f"    node-hours requested: {spec.nodes} x {site.walltime} = {hours:.2f}")
-        out.print(f"\ntotal node-hours requested: {total:.2f} (at most; runs of one node count share a batch job)")
+                      f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}")
+        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job per node count, each charged for "
+                  f"the time it holds its nodes (its runs one after another), up to its walltime {site.walltime}; node counts "
+                  f"whose runs outlast that walltime get another batch job")
 
     def _already_done(self, specs: Sequence[RunSpec]) -> tuple[set[str], str]:
         """run_keys a real sweep would skip as done, read without writing anything (no database

@@ -1,10 +1,12 @@
 """A Parsl provider for Cobalt (ALCF's scheduler on Theta), which Parsl dropped in 2024.11.
 
 Shaped like Parsl's own cluster providers (``parsl/providers/slurm/slurm.py``):
-``submit`` writes a script from a template and calls ``qsub --mode script``,
-``_status`` parses ``qstat``, ``cancel`` calls ``qdel``. The script exports
-``COBALT_NODEFILE`` as ``PBS_NODEFILE`` so Parsl's MPIExecutor finds the nodes it
-places ranks on. Every value put on the ``qsub`` command line is shell-quoted.
+``submit`` writes an executable script ("All scripts on Theta must have their execute
+bit set", ALCF) from a template and calls ``qsub --mode script``, ``_status`` parses
+``qstat``, ``cancel`` calls ``qdel``. The script writes the job's nodes, given by
+``COBALT_PARTNAME`` on Theta, to a node file it exports as ``PBS_NODEFILE``, where
+Parsl's MPIExecutor reads the nodes it places ranks on. Every value put on the ``qsub``
+command line is shell-quoted.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import sys
 import time
 
 from parsl.jobs.states import JobState, JobStatus
@@ -34,10 +37,11 @@ TRANSLATE = {
 
 TEMPLATE = '''#!/bin/bash -e
 ${scheduler_options}
-# Parsl's MPIExecutor reads the node list from PBS_NODEFILE
-export PBS_NODEFILE="$$COBALT_NODEFILE"
 export JOBNAME="${jobname}"
 ${worker_init}
+# Theta names a job's nodes in COBALT_PARTNAME; Parsl's MPIExecutor reads them from PBS_NODEFILE
+${python} -m orchestrator.providers.cobalt_nodes "$$COBALT_PARTNAME" > ${nodefile}
+export PBS_NODEFILE=${nodefile}
 
 ${user_script}
 '''
@@ -87,8 +91,11 @@ class CobaltProvider(ClusterProvider, RepresentationMixin):
             "scheduler_options": self.scheduler_options,
             "worker_init": self.worker_init,
             "user_script": self.launcher(command, tasks_per_node, self.nodes_per_block),
+            "python": shlex.quote(sys.executable),
+            "nodefile": shlex.quote(script_path + ".nodes"),
         }
         self._write_submit_script(TEMPLATE, script_path, job_name, job_config)
+        os.chmod(script_path, 0o700)
         args = ["qsub", "--mode", "script", "-n", str(self.nodes_per_block), "-t", str(walltime_minutes(self.walltime)),
                 "-o", script_path + ".stdout", "-e", script_path + ".stderr"]
         if self.queue:

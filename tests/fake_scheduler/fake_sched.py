@@ -54,14 +54,39 @@ def alive(pid: int) -> bool:
         return False
 
 
+def job_environment(env_extra: dict) -> dict:
+    """What a batch script starts with: a login environment, not the submitter's.
+
+    Real schedulers start a job from the user's login environment (PBS passes a few PBS_O_*
+    variables; neither qsub copies the submitting shell's PATH unless asked with -V). The
+    stand-in's "system" is its bin/ (qsub, aprun or PALS mpiexec) and the system paths;
+    FAKE_SCHED_SYSTEM_LIB, when set, plays a default-loaded MPI module (on LD_LIBRARY_PATH).
+    Nothing of the test's own PATH reaches the script: what the script needs, it must set.
+    """
+    env = {k: v for k, v in os.environ.items() if k.startswith("FAKE_SCHED_")}
+    env.update({"PATH": f"{os.environ['FAKE_SCHED_BIN']}:/usr/local/bin:/usr/bin:/bin",
+                "HOME": os.environ.get("HOME", "/"), "USER": os.environ.get("USER", "user"),
+                "LANG": "C.UTF-8", "SHELL": "/bin/bash"})
+    if os.environ.get("FAKE_SCHED_SYSTEM_LIB"):
+        env["LD_LIBRARY_PATH"] = os.environ["FAKE_SCHED_SYSTEM_LIB"]
+    env.update(env_extra)
+    return env
+
+
 def start(job_id: str, script: Path, nodes: int, env_extra: dict, out: str, err: str) -> None:
-    nodefile = STATE / f"{job_id}.nodes"
-    names = ["localhost"] * nodes if FLAVOR == "pbs" else [f"nid{i:05d}" for i in range(nodes)]
-    nodefile.write_text("\n".join(names) + "\n")
-    env = dict(os.environ, **env_extra)
-    env["COBALT_NODEFILE" if FLAVOR == "cobalt" else "PBS_NODEFILE"] = str(nodefile)
+    env = job_environment(env_extra)
+    if FLAVOR == "pbs":
+        nodefile = STATE / f"{job_id}.nodes"
+        nodefile.write_text("\n".join(["localhost"] * nodes) + "\n")
+        env["PBS_NODEFILE"] = str(nodefile)
+        cmd = ["bash", str(script)]
+    else:
+        # Theta: the job's nodes as a Cray node list in COBALT_PARTNAME; the script is run itself
+        env["COBALT_PARTNAME"] = "0" if nodes == 1 else f"0-{nodes - 1}"
+        env["COBALT_JOBSIZE"] = str(nodes)
+        cmd = [str(script)]
     with open(out, "w") as o, open(err, "w") as e:
-        proc = subprocess.Popen(["bash", str(script)], stdout=o, stderr=e, env=env, start_new_session=True,
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=env, start_new_session=True,
                                 cwd=os.environ.get("HOME", "/"))
     (STATE / f"{job_id}.job").write_text(json.dumps({"pid": proc.pid, "nodes": nodes}))
 
@@ -100,8 +125,10 @@ def cobalt_qsub(args: list) -> None:
             die(f"{flag}: bad name {opts[flag]!r}")
     if not script or not Path(script).is_file():
         die(f"no such script {script!r}")
-    if "COBALT_NODEFILE" not in Path(script).read_text():
-        die("the script never reads COBALT_NODEFILE")
+    if not os.access(script, os.X_OK):
+        die(f"{script}: the script must be executable (Theta: \"All scripts on Theta must have their execute bit set\")")
+    if "COBALT_PARTNAME" not in Path(script).read_text():
+        die("the script never reads COBALT_PARTNAME, where Theta lists a job's nodes")
     job_id = str(next_id())
     start(job_id, Path(script), int(opts["-n"]), {"COBALT_JOBID": job_id, "COBALT_PARTSIZE": opts["-n"]},
           opts.get("-o", os.devnull), opts.get("-e", os.devnull))
@@ -177,38 +204,83 @@ def real_mpiexec() -> str:
     return os.environ["FAKE_SCHED_REAL_MPIEXEC"]
 
 
+def node_shape() -> tuple[int, int]:
+    """Cores and hardware threads per core of the stand-in's nodes (the test's site file's)."""
+    return int(os.environ.get("FAKE_SCHED_CORES", "2")), int(os.environ.get("FAKE_SCHED_THREADS_PER_CORE", "1"))
+
+
+def _int(flag: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        die(f"{flag} needs a positive integer, got {value!r}")
+    return int(value)
+
+
 def aprun(args: list) -> None:
-    """Cray's aprun: -n total -N per node -node-list nids [-d depth -cc depth -j n] cmd..."""
+    """Cray's aprun: -n total -N per node -node-list nids [-d depth -cc depth -j n] cmd...
+
+    Binding as Theta documents it: -j is 1, 2 or 4 hardware threads per core (at most the
+    node's), -d counts CPUs in that mode, and the ranks of a node need N x d <= cores x j."""
     opts, i = {}, 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] not in ("-n", "-N", "-node-list", "-d", "-cc", "-j"):
             die(f"unknown option {args[i]}")
+        if i + 1 >= len(args):
+            die(f"option {args[i]} needs a value")
         opts[args[i]] = args[i + 1]
         i += 2
     cmd = args[i:]
-    n, per = int(opts["-n"]), int(opts["-N"])
-    nodes = opts["-node-list"].split(",")
+    if not cmd:
+        die("no program to run")
+    n, per = _int("-n", opts.get("-n", "")), _int("-N", opts.get("-N", ""))
+    nodes = opts.get("-node-list", "").split(",")
     if len(nodes) * per != n or not all(re.match(r"^nid\d{5}$", x) for x in nodes):
-        die(f"-n {n} -N {per} does not match -node-list {opts['-node-list']}")
-    if "-d" in opts and (opts.get("-cc") != "depth" or not opts["-d"].isdigit()):
-        die("-d needs -cc depth and an integer depth")
-    # every nid is this host; hydra must not read the nodefile the job script exported
+        die(f"-n {n} -N {per} does not match -node-list {opts.get('-node-list')}")
+    cores, threads = node_shape()
+    depth = _int("-d", opts["-d"]) if "-d" in opts else 1
+    j = _int("-j", opts["-j"]) if "-j" in opts else 1
+    if "-d" in opts and opts.get("-cc") != "depth":
+        die("-d needs -cc depth")
+    if "-cc" in opts and opts["-cc"] not in ("depth", "none", "numa_node", "cpu"):
+        die(f"-cc {opts['-cc']}: not a binding aprun knows")
+    if j not in (1, 2, 4) or j > threads:
+        die(f"-j {j}: a core has {threads} hardware thread(s); -j takes 1, 2 or 4")
+    if per * depth > cores * j:
+        die(f"-N {per} x -d {depth} = {per * depth} CPUs, but with -j {j} a node has {cores * j}")
+    # every nid is this host; hydra must not read a node file the job script exported
     env = {k: v for k, v in os.environ.items() if k != "PBS_NODEFILE"}
     os.execve(real_mpiexec(), [real_mpiexec(), "-hosts", "localhost", "-n", str(n), *cmd], env)
 
 
 def pals_mpiexec(args: list) -> None:
-    """Polaris's PALS mpiexec: -n, -ppn, -hosts, --depth=N, --cpu-bind=depth, then the command."""
-    passthrough, i = [], 0
+    """Polaris's PALS mpiexec: -n, -ppn, -hosts, --depth=N (hardware threads per rank),
+    --cpu-bind=depth|core|none, then the command; ranks x depth must fit a node's hardware threads."""
+    passthrough, i, depth, ppn, bind = [], 0, 1, 1, None
     while i < len(args) and args[i].startswith("-"):
         a = args[i]
         if a in ("-n", "-ppn", "-hosts"):
+            if i + 1 >= len(args):
+                die(f"option {a} needs a value")
             passthrough += [a, args[i + 1]]
+            if a == "-ppn":
+                ppn = _int(a, args[i + 1])
             i += 2
-        elif re.match(r"^--depth=\d+$", a) or a == "--cpu-bind=depth":
+        elif a.startswith("--depth="):
+            depth = _int("--depth", a.split("=", 1)[1])
+            i += 1
+        elif a.startswith("--cpu-bind="):
+            bind = a.split("=", 1)[1]
+            if bind not in ("depth", "core", "numa", "none", "socket"):
+                die(f"--cpu-bind {bind}: unknown binding")
             i += 1
         else:
-            die(f"unknown option {a}")
+            die(f"unrecognized argument {a}")
+    if not args[i:]:
+        die("no program to run")
+    cores, threads = node_shape()
+    if ppn * depth > cores * threads:
+        die(f"-ppn {ppn} x --depth {depth} = {ppn * depth} hardware threads, but a node has {cores * threads}")
+    if depth > 1 and bind != "depth":
+        die("--depth without --cpu-bind=depth places no rank")
     os.execv(real_mpiexec(), [real_mpiexec(), *passthrough, *args[i:]])
 
 
