@@ -69,6 +69,9 @@ def _sweep(argv: Sequence[str]) -> int:
     if "--help" in args or "-h" in args:
         print(sweep_help(args))
         return 0
+    # Run folders, logs, specs and the SQLite file are the user's alone: login nodes are shared
+    # (batch jobs set the same umask in their set-up; README, "Files and permissions").
+    os.umask(0o077)
     # A database URL may hold a password: keep it out of Hydra's config, which Hydra
     # writes into every run folder (and out of a detached driver's command line); the
     # sweep reads it from the environment instead.

@@ -90,11 +90,12 @@ def probe_site(site: SiteConfig, timeout: float = 120) -> dict:
     if site.provider == "local":
         env = {**os.environ, **dict(site.env)}
         env["PATH"] = f"{env_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
-        proc = subprocess.run([sys.executable, str(PROBE), launcher], env=env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, str(PROBE), launcher, env_bin_dir()], env=env, capture_output=True, text=True,
                               timeout=timeout)
     else:
         script = "\n".join([*batch_environment(site),
-                            f"exec python3 {shlex.quote(str(PROBE))} {shlex.quote(launcher)}"])
+                            f"exec python3 {shlex.quote(str(PROBE))} {shlex.quote(launcher)} "
+                            f"{shlex.quote(env_bin_dir())}"])
         proc = subprocess.run(["bash", "--login", "-c", script], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
@@ -125,7 +126,7 @@ def findings(site: SiteConfig, p: dict) -> list[Finding]:
                                         "provides it to modules:"))
         else:
             out.append(Finding("ok", f"runs start with {p['launcher_outside_env']} (the machine's)"))
-        if _under(p["launcher_on_path"], env_bin):
+        if _under(p["launcher_on_path"], env_bin) or _under(p["launcher_on_path"], env_bin_dir()):
             out.append(Finding("warn", f"{p['launcher_on_path']} comes first on PATH; scalestudy skips it, but your "
                                        "own scripts would not: `pip uninstall mpich`"))
         if p.get("libmpi") and _under(p["libmpi"], p["prefix"]):

@@ -25,10 +25,12 @@ def _loaded_libmpi() -> str:
     return ""
 
 
-def probe(launcher: str) -> dict:
-    env_bin = os.path.dirname(sys.executable)
+def probe(launcher: str, exclude: list) -> dict:
+    """``exclude``: more environment bin/ folders than this Python's (scalestudy's own, whose
+    bin/ a batch job puts on PATH), skipped as runs skip them when looking up the launcher."""
+    skip = {os.path.realpath(d) for d in [os.path.dirname(sys.executable), *exclude]}
     path = os.environ.get("PATH", "")
-    outside = os.pathsep.join(p for p in path.split(os.pathsep) if p and os.path.realpath(p) != os.path.realpath(env_bin))
+    outside = os.pathsep.join(p for p in path.split(os.pathsep) if p and os.path.realpath(p) not in skip)
     out = {"python": sys.version.split()[0], "python_path": sys.executable, "prefix": sys.prefix,
            "launcher": launcher, "launcher_on_path": shutil.which(launcher) or "",
            "launcher_outside_env": shutil.which(launcher, path=outside) or "",
@@ -55,4 +57,4 @@ def probe(launcher: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "mpiexec")))
+    print(json.dumps(probe(sys.argv[1] if len(sys.argv) > 1 else "mpiexec", sys.argv[2:])))

@@ -54,7 +54,8 @@ class QueueLimits:
     def refusal(self, nodes: int, walltime: str, seconds) -> str | None:
         """Why this queue does not take a ``nodes``-node job of ``walltime``; None if it does."""
         if nodes < self.min_nodes:
-            return f"queue {self.name} takes at least {self.min_nodes} nodes"
+            charged = f"; a smaller job is charged as {self.charged_min_nodes}" if self.charged_min_nodes else ""
+            return f"queue {self.name} takes at least {self.min_nodes} nodes{charged}"
         if self.max_nodes and nodes > self.max_nodes:
             return f"queue {self.name} takes at most {self.max_nodes} nodes"
         limit = self.walltime_limit(nodes)

@@ -190,13 +190,15 @@ class SweepRecorder:
         if OmegaConf.select(self.config, "dry_run"):
             self._print_dry_run(jobs, specs)
             return [False] * len(jobs)
+        if self.site.queues:   # before registering: a sweep refused here has written nothing
+            done, _ = self._already_done(specs)
+            self._check_queues([s for s in specs if run_key(s) not in done])
         self.engine = connect(OmegaConf.select(self.config, "db_url"))
         rerun = bool(OmegaConf.select(self.config, "rerun"))
         planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config))
                    for s, j in zip(specs, jobs)]
         decisions = register_runs(self.engine, specs[0].study, planned, rerun=rerun, driver=self.driver)
         self._cancel_stopped_sweeps_jobs(decisions)
-        self._check_queues([s for s, d in zip(specs, decisions) if d.submit])
         submit = []
         for job, decision in zip(jobs, decisions):
             self.run_ids[job.idx] = decision.run_id

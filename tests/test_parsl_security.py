@@ -67,3 +67,25 @@ def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path):
     engine = connect(f"sqlite:///{path}")
     engine.dispose()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_run_folders_are_private_and_hold_no_password(tmp_path, postgres_url):
+    """A sweep's files are the user's alone (umask 077), and the database password given on
+    the command line reaches no run folder, spec, config or log."""
+    from sqlalchemy.engine import make_url
+
+    from conftest import scalestudy
+
+    password = make_url(postgres_url).password
+    assert password
+    proc = scalestudy("sweep", f"db_url={postgres_url}", "study_name=private", "nodes=1", "workers_per_node=1",
+                      "epochs=1", "steps_per_epoch=1", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert password not in proc.stdout + proc.stderr
+    paths = list((tmp_path / "mr").rglob("*"))
+    assert any(p.name == "spec.json" for p in paths)
+    for p in [tmp_path / "mr", *paths]:
+        mode = stat.S_IMODE(os.lstat(p).st_mode)
+        assert mode & 0o077 == 0, f"{p} is mode {oct(mode)}"
+        if p.is_file():
+            assert password.encode() not in p.read_bytes(), p

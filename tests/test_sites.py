@@ -70,7 +70,7 @@ def test_overrides_are_validated_like_the_site():
     site = load_site("perlmutter")
     assert with_overrides(site, account="m1234", queue="debug", walltime="00:10:00").account == "m1234"
     for kwargs, words in (({"account": "m1;id"}, "account="), ({"queue": "q q"}, "queue="),
-                          ({"walltime": "13:00:00"}, "allows at most 12:00:00")):
+                          ({"walltime": "49:00:00"}, "allows at most 48:00:00")):
         with pytest.raises(ConfigError, match=words):
             with_overrides(site, **kwargs)
 
@@ -93,6 +93,23 @@ def test_srun_runs_end_when_one_rank_fails():
 
     assert launch_flags(load_site("local_slurm"), 1) == "--kill-on-bad-exit=1 --cpus-per-task=1"
     assert "kill-on-bad-exit" not in launch_flags(load_site("local"), 1)
+
+
+@pytest.mark.parametrize("site_name, threads_per_rank, ranks, flags", [
+    # Theta, 64 cores x 4: 1 rank x 64 threads is a core each (-j 1); 2 x 64 threads need 2 per core (-j 2),
+    # -d counting CPUs in that mode: 32 cores per rank, not 16 as a fixed -j 4 gave
+    ("theta", 64, 1, "-d 64 -cc depth -j 1"), ("theta", 64, 2, "-d 64 -cc depth -j 2"),
+    ("theta", 64, 4, "-d 64 -cc depth -j 4"), ("theta", 3, 5, "-d 3 -cc depth -j 1"),
+    # Perlmutter, 128 cores x 2 logical CPUs: -c counts logical CPUs, whole cores per rank
+    ("perlmutter", 64, 2, "--cpus-per-task=128"), ("perlmutter", 128, 2, "--cpus-per-task=128"),
+    ("perlmutter", 1, 128, "--cpus-per-task=2"),
+    # Polaris PALS: --depth is hardware threads per rank
+    ("polaris", 8, 4, "--depth=8 --cpu-bind=depth"),
+])
+def test_binding_by_hardware_threads(site_name, threads_per_rank, ranks, flags):
+    from orchestrator.launch_flags import binding_flags
+
+    assert binding_flags(load_site(site_name), threads_per_rank, ranks) == flags
 
 
 @pytest.mark.parametrize("nodes, ppn, options", [(1, 1, ""), (2, 2, ""), (4, 3, "-genv X 1")])

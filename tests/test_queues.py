@@ -1,0 +1,107 @@
+"""Queue limits as data: routing, refusal and charge, on the real site files' queue tables
+(Theta's and Polaris's from ALCF's pages, cited in the site files) and through the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.queues import charged_node_hours, check_job_limits, choose_queue, site_for_nodes
+from orchestrator.sites import load_site, with_overrides
+
+from conftest import scalestudy
+
+
+def test_small_theta_runs_leave_the_128_node_default_queue():
+    theta = load_site("theta")
+    assert choose_queue(theta, 128) == ("default", "")
+    name, note = choose_queue(theta, 2)
+    assert name == "debug-cache-quad" and "default takes at least 128" in note
+    # 9-127 nodes: too big for debug (8), too small for default (128): refused, naming both
+    with pytest.raises(ConfigError) as err:
+        choose_queue(theta, 9)
+    assert "debug-cache-quad (1-8 nodes" in str(err.value) and "default (128-4100" in str(err.value)
+
+
+def test_theta_walltime_grows_with_node_count():
+    theta = with_overrides(load_site("theta"), walltime="05:00:00")
+    with pytest.raises(ConfigError, match="at most 03:00:00 for 128"):
+        choose_queue(with_overrides(theta, queue="default"), 128)
+    assert choose_queue(theta, 256)[0] == "default"     # 256 nodes: up to 6 h
+
+
+def test_polaris_routes_by_size_and_never_to_preemptable():
+    polaris = load_site("polaris")
+    assert [choose_queue(polaris, n)[0] for n in (1, 2, 3, 10, 496)] == ["debug", "debug", "debug-scaling", "prod", "prod"]
+    long = with_overrides(polaris, walltime="04:00:00")
+    assert choose_queue(long, 25)[0] == "prod"            # medium: 6 h
+    with pytest.raises(ConfigError, match="no queue of site polaris"):
+        choose_queue(long, 5)                              # only preemptable (not routed) takes 5 nodes for 4 h
+
+
+def test_a_queue_given_on_the_command_line_is_kept_or_refused():
+    pinned = with_overrides(load_site("polaris"), queue="debug")
+    assert site_for_nodes(pinned, 2).queue == "debug"
+    with pytest.raises(ConfigError) as err:
+        choose_queue(pinned, 3)
+    msg = str(err.value)
+    assert "queue='debug'" in msg and "at most 2 nodes" in msg and "debug-scaling" in msg and "\n" not in msg
+    with pytest.raises(ConfigError, match="not in site polaris's queue table"):
+        with_overrides(load_site("polaris"), queue="regular")
+
+
+def test_per_user_job_limit_refuses_a_sweep_the_queue_would_reject():
+    polaris = load_site("polaris")
+    assert check_job_limits(polaris, [1, 2]) == ["1-node runs go to queue debug (queue prod takes at least 10 nodes)",
+                                                 "2-node runs go to queue debug (queue prod takes at least 10 nodes)"]
+    with pytest.raises(ConfigError, match="debug-scaling holds at most 1 job"):
+        check_job_limits(polaris, [3, 5])   # two batch jobs at once in debug-scaling
+
+
+def test_charge_is_the_facility_rule():
+    theta = load_site("theta")
+    # ALCF: "Jobs smaller than the minimum allocation will be allocated and charged for the minimum"
+    assert charged_node_hours(theta, 128) == (128, 128.0)
+    default = dataclasses.replace(theta, queues=tuple(dataclasses.replace(q, min_nodes=1) if q.name == "default"
+                                                      else q for q in theta.queues))
+    assert charged_node_hours(default, 14) == (128, 128.0)
+    premium = with_overrides(load_site("perlmutter"), queue="premium", walltime="02:00:00")
+    assert charged_node_hours(premium, 4) == (4, 16.0)    # charge factor 2
+
+
+def test_bad_queue_table_is_one_line(tmp_path):
+    site = tmp_path / "s.yaml"
+    base = ("provider: pbspro\nmpi_launcher: mpiexec\ncores_per_node: 4\nmax_nodes: 8\nqueue: q\n"
+            "queues:\n  q:\n    min_nodes: 4\n")
+    site.write_text(base + "    max_nodes: 2\n")
+    with pytest.raises(ConfigError, match="site.queues.q.min_nodes"):
+        load_site(str(site))
+    site.write_text(base + "    max_walltme: '01:00:00'\n")
+    with pytest.raises(ConfigError, match="site.queues.q.max_walltme"):
+        load_site(str(site))
+    site.write_text(base.replace("queue: q", "queue: other"))
+    with pytest.raises(ConfigError, match="not in the queue table"):
+        load_site(str(site))
+
+
+def test_dry_run_shows_queues_and_charge(tmp_path):
+    proc = scalestudy("sweep", "site=theta", "nodes=2,128", "workers_per_node=2", "epochs=1", "--dry-run",
+                      cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "2-node runs go to queue debug-cache-quad" in out
+    assert "-q debug-cache-quad" in out and "-q default" in out
+    assert "charged at most: 128 node(s) x 01:00:00 = 128.00 node-hours" in out
+    assert "node-hours charged at most: 130.00" in out
+    assert "a real sweep would stop here" in proc.stderr   # the mpich wheel is in this environment
+
+
+def test_sweep_refused_by_queue_limits_writes_nothing(tmp_path):
+    proc = scalestudy("sweep", "site=theta", "nodes=2,9", "epochs=1", "account=p1", cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "nodes=9" in err[0] and "no queue of site theta" in err[0], proc.stderr
+    assert not (tmp_path / "scalestudy.db").exists() and not (tmp_path / "multirun").exists()
