@@ -74,8 +74,9 @@ def test_run_folders_are_private_and_hold_no_password(tmp_path, postgres_url):
     the command line reaches no run folder, spec, config or log."""
     from sqlalchemy.engine import make_url
 
-    from conftest import scalestudy
+    from conftest import _fresh_postgres, scalestudy
 
+    _fresh_postgres(postgres_url)   # other tests leave rows (and sequences) behind
     password = make_url(postgres_url).password
     assert password
     proc = scalestudy("sweep", f"db_url={postgres_url}", "study_name=private", "nodes=1", "workers_per_node=1",
