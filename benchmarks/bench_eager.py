@@ -1,17 +1,28 @@
-"""eager-SGD vs synchronous SGD under injected load imbalance (4 ranks, 1 of 4 delayed per step).
+"""eager-SGD, synchronous SGD and a parameter server under injected load imbalance, each
+against a bound computed from the run's own realised delay schedule.
 
-    python benchmarks/bench_eager.py [--ranks 4] [--repeats 5] [--seeds 3]
+    python benchmarks/bench_eager.py [--ranks 2] [--delays 0.5,1,2] [--steps 100] [--warmup 10] [--repeats 5]
 
-1. Measures one step's compute time C (``sync``, no imbalance) and sets the delay
-   D = C, so each step one rank drawn by a shared RNG sleeps about one step.
-2. Steps/s, interleaved: sync, eager_solo, eager_majority with and without the
-   delay. Analytic bounds with k of P ranks delayed by D each step: a synchronous
-   step waits for the delayed rank, 1/(C + D); a rank that never waits for others
-   still sleeps on k/P of its steps, 1/(C + D k/P) — the bound for eager.
-3. Final top-1 at equal epochs (small CNN on digits, same delay scheme), mean over seeds.
+The paper's injection: each step a shared-seed RNG picks one rank of P (one *worker* for the
+parameter server), which sleeps D between forward and backward. D is a multiple of the step
+compute time C of ``sync`` without imbalance (``--delays``).
 
-Targets: eager_solo >= 0.9 x bound; with no imbalance eager >= 0.95 x sync;
-accuracy within 1 percentage point of sync. Ratios printed last.
+Bounds, per run, from what really happened (each rank's recorded sleep at each step) and
+C_alg, the median step time of the *same* algorithm without imbalance (measured here,
+interleaved with the rest), over the measured steps s (after ``--warmup``):
+
+- sync: every step waits for the slowest rank: T = sum_s (C_alg + max_r d(s, r));
+- eager_solo / eager_majority: a rank waits for no one except at the synchronous rounds
+  (every ``sync_every`` steps and the last), so between two of them the slowest rank sets
+  the pace: T = sum over segments of max_r sum_{s in segment} (C_alg + d(s, r));
+- async_ps: workers never wait for each other: T = max_w sum_s (C_alg + d(s, w)).
+
+measured/bound = T_bound / T_measured (<= 1 up to noise: the run cannot beat its own
+compute plus the sleeps it must do). T_measured runs from the earliest start of the first
+measured step to the latest end of the last, over ranks (aligned clocks). Ratios against
+sync are in samples/s (the parameter server's server computes no gradient). Default 2 ranks:
+every rank has a core of its own on this 2-core machine, so a sleeping rank cannot lend its
+core to the others (with 4 ranks on 2 cores it did, and runs "beat" their bounds).
 """
 
 from __future__ import annotations
@@ -19,80 +30,105 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from harness import interleave, measure, median
+from harness import epochs_for, interleave, median, run_steps, spread, step_seconds
+
+ALGORITHMS = ("sync", "eager_solo", "eager_majority", "async_ps")
+
+
+def bound_seconds(algorithm: str, steps: dict[int, list[dict]], c: float, first: int, last: int,
+                  sync_every: int) -> float:
+    ranks = sorted(steps)
+    d = {r: {rec["step"]: rec["delay"] for rec in steps[r]} for r in ranks}
+    window = range(first, last + 1)
+    if algorithm == "sync":
+        return sum(c + max(d[r][s] for r in ranks) for s in window)
+    if algorithm == "async_ps":
+        return max(sum(c + d[r][s] for s in window) for r in ranks)
+    total, segment = 0.0, []
+    for s in window:
+        segment.append(s)
+        if (sync_every > 0 and (s + 1) % sync_every == 0) or s == last:
+            total += max(sum(c + d[r][x] for x in segment) for r in ranks)
+            segment = []
+    return total
+
+
+def measured_seconds(steps: dict[int, list[dict]], first: int) -> float:
+    starts = [rec["t_start"] for r in steps for rec in steps[r] if rec["step"] == first]
+    ends = [rec["t_start"] + step_seconds(rec) for r in steps for rec in steps[r][-1:]]
+    return max(ends) - min(starts)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--model", default="resnet20")
     ap.add_argument("--dataset", default="synthetic_images")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=100, help="measured steps per run")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--sync-every", type=int, default=10)
+    ap.add_argument("--delays", default="0.5,1,2", help="D as multiples of sync's step time C")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--accuracy-epochs", type=int, default=8)
-    ap.add_argument("--accuracy-lr", type=float, default=0.03)
-    ap.add_argument("--accuracy-momentum", type=float, default=0.9)
-    ap.add_argument("--accuracy-only", action="store_true", help="skip the steps/s part")
     args = ap.parse_args()
-    k, p = 1, args.ranks
+    p = args.ranks
+    epochs, per_epoch = epochs_for(args.dataset, args.batch_size, p, args.steps + args.warmup)
+    total = epochs * per_epoch
+    first, last = args.warmup, total - 1
 
-    def run(algorithm: str, delay_ms: float) -> float:
-        spec = {"algorithm": algorithm, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
-                "steps_per_epoch": args.steps, "imbalance_kind": "injected" if delay_ms else "none",
-                "imbalance_ranks": k, "imbalance_delay_ms": delay_ms}
-        return measure(spec, p, "steps_per_second")
+    def spec(algorithm: str, delay_ms: float, seed: int) -> dict:
+        return {"algorithm": algorithm, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
+                "epochs": epochs, "steps_per_epoch": per_epoch, "sync_every": args.sync_every, "seed": seed,
+                "momentum": 0.0 if algorithm == "async_ps" else 0.9,
+                "imbalance_kind": "injected" if delay_ms else "none", "imbalance_ranks": 1,
+                "imbalance_delay_ms": delay_ms}
 
-    if args.accuracy_only:
-        accuracy(args, k, p)
-        return
-    base = [run("sync", 0) for _ in range(3)]
-    c = 1.0 / median(base)
-    d_ms = c * 1000.0
-    print(f"step compute C = {c * 1e3:.1f} ms (sync, no imbalance); injected delay D = {d_ms:.1f} ms on {k} of {p} ranks")
+    # 1. C_alg: median step time of each algorithm without imbalance (measured steps only)
+    print(f"{p} ranks, {args.model} on {args.dataset}, batch {args.batch_size}/rank, {total} steps per run "
+          f"(first {args.warmup} excluded), sync_every {args.sync_every}, {args.repeats} interleaved repeats")
+    step_times: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
 
-    variants = {}
-    for algorithm in ("sync", "eager_solo", "eager_majority"):
-        for delay in (0.0, d_ms):
-            name = f"{algorithm}{'+delay' if delay else ''}"
-            variants[name] = (lambda a=algorithm, dl=delay: run(a, dl))
-    samples = interleave(variants, args.repeats)
-    med = {name: median(v) for name, v in samples.items()}
-    bound_sync = 1.0 / (c + d_ms / 1e3)
-    bound_eager = 1.0 / (c + d_ms / 1e3 * k / p)
-    print("median steps/s:")
-    for name, value in med.items():
-        bound = (bound_sync if name.startswith("sync") else bound_eager) if name.endswith("+delay") else 1.0 / c
-        print(f"  {name:22s} {value:7.2f}   bound {bound:7.2f}   ({value / bound:.2f} of bound)")
+    def calibrate(algorithm: str):
+        def run() -> float:
+            _, steps = run_steps(spec(algorithm, 0.0, 0), p)
+            times = [step_seconds(rec) for r in steps for rec in steps[r] if rec["step"] >= first]
+            step_times[algorithm].append(statistics.median(times))
+            return step_times[algorithm][-1] * 1e3
+        return run
 
-    print(f"ratio eager_solo/bound (delay) = {med['eager_solo+delay'] / bound_eager:.3f}")
-    print(f"ratio eager_majority/bound (delay) = {med['eager_majority+delay'] / bound_eager:.3f}")
-    print(f"ratio eager_solo/sync (delay) = {med['eager_solo+delay'] / med['sync+delay']:.3f}")
-    print(f"ratio eager_majority/sync (delay) = {med['eager_majority+delay'] / med['sync+delay']:.3f}")
-    print(f"ratio eager_solo/sync (no imbalance) = {med['eager_solo'] / med['sync']:.3f}")
-    print(f"ratio eager_majority/sync (no imbalance) = {med['eager_majority'] / med['sync']:.3f}")
-    accuracy(args, k, p)
+    interleave({a: calibrate(a) for a in ALGORITHMS}, args.repeats)
+    c_alg = {a: median(v) for a, v in step_times.items()}
+    c = c_alg["sync"]
+    print("step time without imbalance (median, ms): " + ", ".join(f"{a} {v * 1e3:.1f}" for a, v in c_alg.items()))
 
+    for factor in (float(x) for x in args.delays.split(",")):
+        d_ms = factor * c * 1e3
+        rates: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
+        of_bound: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
+        measured_steps: dict[str, int] = {}
 
-def accuracy(args, k: int, p: int) -> None:
-    """Final top-1 at equal epochs under the same delay scheme (small CNN on digits), mean over seeds."""
-    print(f"accuracy: small_cnn on digits, {args.accuracy_epochs} epochs, lr {args.accuracy_lr}, "
-          f"momentum {args.accuracy_momentum}, "
-          f"seeds 0..{args.seeds - 1}, {k} of {p} ranks delayed 15 ms per step")
-    top1 = {a: [] for a in ("sync", "eager_solo", "eager_majority")}
-    for seed in range(args.seeds):
-        for algorithm in top1:
-            spec = {"algorithm": algorithm, "batch_size": 16, "epochs": args.accuracy_epochs, "seed": seed,
-                    "lr": args.accuracy_lr, "momentum": args.accuracy_momentum, "imbalance_kind": "injected",
-                    "imbalance_ranks": k,
-                    "imbalance_delay_ms": 15.0}
-            top1[algorithm].append(measure(spec, p, "final_top1"))
-    mean = {a: statistics.mean(v) for a, v in top1.items()}
-    for a, v in top1.items():
-        print(f"  {a:15s} top-1 {mean[a]:.4f}  ({', '.join(f'{x:.4f}' for x in v)})")
-    print(f"accuracy difference eager_solo - sync = {(mean['eager_solo'] - mean['sync']) * 100:+.2f} pp; "
-          f"eager_majority - sync = {(mean['eager_majority'] - mean['sync']) * 100:+.2f} pp")
+        def variant(algorithm: str, repeat=[0]):
+            def run() -> float:
+                result, steps = run_steps(spec(algorithm, d_ms, len(rates[algorithm])), p)
+                t = measured_seconds(steps, first)
+                bound = bound_seconds(algorithm, steps, c_alg[algorithm], first, last, args.sync_every)
+                n = last - first + 1
+                measured_steps[algorithm] = n
+                workers = len(steps)
+                rates[algorithm].append(n * workers * args.batch_size / t)
+                of_bound[algorithm].append(bound / t)
+                return rates[algorithm][-1]
+            return run
+
+        print(f"\nD = {factor} x C = {d_ms:.1f} ms on 1 of {p} ranks per step (1 of {p - 1} workers for async_ps)")
+        interleave({a: variant(a) for a in ALGORITHMS}, args.repeats)
+        for a in ALGORITHMS:
+            print(f"  {a:15s} samples/s {median(rates[a]):8.1f} ({spread(rates[a])})   measured/bound "
+                  f"{median(of_bound[a]):.3f} ({spread(of_bound[a])})   steps measured {measured_steps[a]}")
+        for a in ("eager_solo", "eager_majority", "async_ps"):
+            per_round = [x / y for x, y in zip(rates[a], rates["sync"])]
+            print(f"ratio {a}/sync (D={factor}C) = {median(rates[a]) / median(rates['sync']):.3f} "
+                  f"(per-round {spread(per_round)})")
 
 
 if __name__ == "__main__":

@@ -132,3 +132,69 @@ def test_inherent_imbalance_step_time_follows_sequence_length():
         return time.perf_counter() - t0
 
     assert cost(long) > 4 * cost(short)
+
+
+def test_parameter_server_straggler_is_always_a_worker(tmp_path):
+    """One straggler per step, drawn over the workers only: at every step the worker the
+    shared RNG picks among the two workers slept the full delay. Broken (the draw over all 3
+    ranks, the server included, as before the fix: ``delays.seconds(step, rank)`` with
+    ``world_size=3``): on about a third of the steps the server is picked and no worker
+    sleeps, and this fails. (Only sleeps are asserted, not their absence: with 3 ranks on 2
+    cores a worker that did not sleep can still be descheduled for a while.)"""
+    delay_ms = 30.0
+    spec = write_spec(tmp_path / "ps", workers_per_node=3, threads_per_node=3, batch_size=16, epochs=1,
+                      steps_per_epoch=30, algorithm="async_ps", momentum=0.0, seed=4,
+                      imbalance_kind="injected", imbalance_ranks=1, imbalance_delay_ms=delay_ms)
+    proc = mpiexec(3, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    delay = {}
+    for rank in (1, 2):
+        for line in (tmp_path / "ps" / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("type") == "step":
+                delay[(rec["step"], rank - 1)] = rec["delay"]
+    assert len(delay) == 60
+    workers = DelayInjector("injected", 1, delay_ms, -1, 1.0, 4, world_size=2)
+    for step in range(30):
+        [picked] = [w for w in (0, 1) if workers.seconds(step, w) > 0]
+        assert delay[(step, picked)] >= 0.9 * delay_ms / 1000, (step, picked, delay[(step, picked)])
+    server_drawn = DelayInjector("injected", 1, delay_ms, -1, 1.0, 4, world_size=3)
+    assert any(server_drawn.seconds(step, 0) > 0 for step in range(30))   # the old draw would have missed some
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["eager_solo", "eager_majority"])
+def test_eager_staleness_is_bounded_and_ranks_never_drift(tmp_path, algorithm):
+    """With ``sync_every=K`` no gradient lands more than K-1 rounds after the round it was
+    computed for (each rank records, per round, the oldest gradient it put in); before each
+    synchronous round's model averaging every rank's weights already equal the average
+    (``drift``: averaging would hide a rank that drifted); a majority round carries at least
+    one fresh gradient (its initiator's). One rank is slow at every step (``fixed``), so the
+    others run ahead and its gradients land later and later until a synchronous round
+    catches it up: the bound is reached, not just respected. Broken implementations this
+    fails on, each tried: synchronous rounds dropped (``begin_step`` ignoring
+    ``sync_every``: staleness grows past K); a rank applying its own gradient instead of the
+    reduced sum (drift > 0); a majority initiator firing without its gradient (fresh = 0)."""
+    K, steps, ranks = 4, 24, 4
+    _, run_dir = _gather(tmp_path, "e", ranks, workers_per_node=ranks, threads_per_node=ranks, batch_size=8,
+                         epochs=1, steps_per_epoch=steps, algorithm=algorithm, sync_every=K,
+                         imbalance_kind="fixed", imbalance_delay_ms=40)
+    contributions = {}
+    for r in range(ranks):
+        for line in (run_dir / "metrics" / f"rank-{r}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec["type"] == "contribution":
+                contributions.setdefault(rec["round"], []).append(rec)
+    assert sorted(contributions) == list(range(steps)) and all(len(v) == ranks for v in contributions.values())
+    rounds = [json.loads(line) for line in (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()
+              if '"type":"round"' in line]
+    assert all(r["fresh"] >= 1 for r in rounds)
+    if algorithm == "eager_majority":
+        assert any(r["fresh"] < ranks for r in rounds if not r["synchronous"])
+    staleness = [c["staleness"] for v in contributions.values() for c in v]
+    assert max(staleness) <= K - 1, max(staleness)
+    assert max(staleness) >= 2           # the slow rank's gradients did land late: the bound was exercised
+    synchronous = [r for r in range(steps) if (r + 1) % K == 0 or r == steps - 1]
+    for r in synchronous:
+        assert all(c["drift"] is not None and c["drift"] <= 1e-6 for c in contributions[r]), contributions[r]
+        assert all("fresh" in c["local"] for c in contributions[r])   # everyone's gradient is in

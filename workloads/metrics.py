@@ -45,6 +45,11 @@ class MetricsWriter:
     def round(self, **fields: Any) -> None:
         self._write("round", fields)
 
+    def contribution(self, **fields: Any) -> None:
+        """What this rank put into an eager-SGD round (every rank writes these; ``round``
+        records, written by rank 0, are ingested, these are read by tests and analyses)."""
+        self._write("contribution", fields)
+
     def eval(self, **fields: Any) -> None:
         self._write("eval", fields)
         self.flush()

@@ -188,9 +188,11 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
                 record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), (t0, t1, t2, t2d, t3, t4, t5))
                 if timeline:
                     _write_step_events(writer, step, t_start, t0, (t1, t2, t2d, t3, t4, t5), engine.drain_events())
-                if rank == 0:
-                    for record in engine.drain_rounds():
+                for record in engine.drain_rounds():
+                    if rank == 0:
                         writer.round(**record)
+                    writer.contribution(round=record["round"], local=record["local"],
+                                        staleness=record["staleness"], drift=record.get("drift"))
                 step += 1
             train_seconds += time.perf_counter() - epoch_start
             last_top1, last_loss = evaluate(engine.module, data, comm, device)

@@ -8,8 +8,18 @@ from torch import nn
 from .base import GradientSync, SyncOptions
 
 
+class SingleProcess(GradientSync):
+    """One rank: its gradients already are the global average. ``sync`` on one rank is plain
+    SGD, and is what the weak-scaling benchmark measures as the no-communication limit."""
+
+    def synchronize(self) -> None:
+        pass
+
+
 def build_gradient_sync(name: str, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> GradientSync:
     """Imports lazily: ``ddp`` pulls in torch.distributed, ``horovod`` needs Horovod."""
+    if name == "sync" and comm.Get_size() == 1:
+        return SingleProcess(model, comm, options)   # no peers: nothing to reduce, no engine thread
     if name == "sync":
         from .overlapped import OverlappedFusedAllreduce as cls
     elif name == "ddp":

@@ -10,6 +10,7 @@ per sample comparable with synchronous SGD on the global batch.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -48,6 +49,9 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
     if size < 2:
         raise ValueError("algorithm=async_ps needs at least 2 ranks: one server and one worker")
     workers = size - 1
+    # stragglers are drawn among the workers only: the server computes no gradient, and a
+    # draw that picked it (1 in P with one straggler) would leave that step without one
+    delays = dataclasses.replace(delays, world_size=workers)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = parameters_to_vector(params).detach().contiguous()
     comm.Bcast(flat.numpy(), root=SERVER)
@@ -100,7 +104,7 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
                     p.grad = None
                 loss = objective.loss(model(x), y)
                 t2 = time.perf_counter()
-                d = delays.seconds(step, rank)
+                d = delays.seconds(step, rank - 1)   # worker index: rank 1 is worker 0
                 if d:
                     time.sleep(d)
                 t2d = time.perf_counter()

@@ -46,22 +46,33 @@ class EagerSGD(GradientSync):
         self._flat.copy_(torch.from_numpy(res.total)).div_(self.comm.Get_size())
         self._rounds.append({"round": res.round, "initiator": res.initiator, "fresh": res.fresh,
                              "stale": res.stale, "null": res.null, "local": res.local,
+                             "staleness": res.staleness,
                              "synchronous": res.synchronous, "t0": res.t0, "t1": res.t1,
                              "latency": res.t1 - res.t0})
 
     def step(self) -> None:
         super().step()
         if self._synchronous:
-            self.average_parameters()
+            drift = self.average_parameters()
+            if self._rounds:
+                self._rounds[-1]["drift"] = drift
 
-    def average_parameters(self) -> None:
-        """Model averaging after a synchronous round: no rank can drift from the others."""
+    def average_parameters(self) -> float:
+        """Model averaging after a synchronous round: no rank can drift from the others.
+
+        Returns how far this rank's weights were from the average before it (largest absolute
+        difference): every rank applies the same reduced sum, so this should be 0 up to
+        rounding; the tests check it, since averaging would hide a rank that drifted."""
         size = self.comm.Get_size()
+        drift = 0.0
         with torch.no_grad():
             for p in self.params:
-                buf = p.detach().contiguous()
+                buf = p.detach().contiguous().clone()
                 self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
-                p.copy_(buf.div_(size))
+                buf.div_(size)
+                drift = max(drift, float((p - buf).abs().max()))
+                p.copy_(buf)
+        return drift
 
     def drain_rounds(self) -> list[dict[str, Any]]:
         rounds, self._rounds = self._rounds, []

@@ -73,6 +73,7 @@ class RoundResult:
     t1: float                  # the reduction completed (clock)
     synchronous: bool
     local: str = "null"        # what this rank put in: "fresh", "stale", "fresh+stale" or "null"
+    staleness: int = 0         # rounds between this round and the oldest gradient this rank put in
 
 
 class PartialAllreduce:
@@ -210,6 +211,7 @@ class PartialAllreduce:
             contribution[-3] = 1.0 if r in rounds else 0.0                     # fresh
             contribution[-2] = 1.0 if any(x < r for x in rounds) else 0.0       # stale
             contribution[-1] = 1.0 if not rounds else 0.0                       # null
+            staleness = r - min(rounds) if rounds else 0
         if initiator >= 0:
             self._send_activation(r, initiator)
         total = np.empty_like(contribution)
@@ -222,7 +224,8 @@ class PartialAllreduce:
         local = "+".join(name for name, flag in (("fresh", contribution[-3]), ("stale", contribution[-2])) if flag)
         result = RoundResult(round=r, total=total[: self.numel], fresh=int(round(total[-3])),
                              stale=int(round(total[-2])), null=int(round(total[-1])), initiator=initiator,
-                             t0=t0, t1=self.clock(), synchronous=initiator < 0, local=local or "null")
+                             t0=t0, t1=self.clock(), synchronous=initiator < 0, local=local or "null",
+                             staleness=staleness)
         self._forwarded = {key for key in self._forwarded if key[0] > r}
         with self._cv:
             self._sync_rounds.discard(r)
