@@ -107,9 +107,9 @@ def main() -> None:
         of_bound: dict[str, list[float]] = {a: [] for a in ALGORITHMS}
         measured_steps: dict[str, int] = {}
 
-        def variant(algorithm: str, repeat=[0]):
+        def variant(algorithm: str):
             def run() -> float:
-                result, steps = run_steps(spec(algorithm, d_ms, len(rates[algorithm])), p)
+                _, steps = run_steps(spec(algorithm, d_ms, len(rates[algorithm])), p)
                 t = measured_seconds(steps, first)
                 bound = bound_seconds(algorithm, steps, c_alg[algorithm], first, last, args.sync_every)
                 n = last - first + 1

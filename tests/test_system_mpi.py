@@ -14,7 +14,6 @@ instead, and ``sites --check`` says so and fails: the bug it exists to catch.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
