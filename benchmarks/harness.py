@@ -105,8 +105,7 @@ def measured_rate(result: dict[str, Any], warmup: int) -> tuple[float, int]:
     measured = steps[warmup:]
     if not measured:
         raise ValueError(f"the run had {len(steps)} steps, none after {warmup} warm-up steps")
-    seconds = sum(sum(s[k] for k in ("data", "forward", "delay", "backward", "comm_wait", "update"))
-                  for s in measured)
+    seconds = sum(step_seconds(s) for s in measured)
     global_batch = result["global_batch_size"]
     return len(measured) * global_batch / seconds, len(measured)
 

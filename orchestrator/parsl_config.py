@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from parsl.providers import PBSProProvider, SlurmProvider
 
 from .launch_flags import binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
 from .providers import CobaltProvider
-from .mpi_env import batch_environment
+from .mpi_env import batch_environment, env_bin_dir
 from .queues import charged_node_hours, site_for_nodes
 from .sites import SiteConfig
 
@@ -37,14 +36,9 @@ logging.getLogger("parsl").propagate = False
 log = logging.getLogger(__name__)
 
 
-def _env_bin_dir() -> str:
-    """The environment's bin/ (mpiexec, process_worker_pool.py), even when it is not activated."""
-    return str(Path(sys.executable).parent)
-
-
 def _put_env_on_path() -> None:
     """Parsl starts ``interchange.py`` by name: find it even from an unactivated venv."""
-    bin_dir = _env_bin_dir()
+    bin_dir = env_bin_dir()
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"

@@ -13,6 +13,22 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
+# Debian's MPICH (apt-get install mpich; .ci/run does): the "machine's MPI" of the mpi: system
+# tests, exposed as libmpi.so.12 the way Cray's cray-mpich-abi module exposes Cray MPICH
+SYSTEM_HYDRA = Path("/usr/bin/mpiexec.hydra")
+SYSTEM_LIBMPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
+needs_system_mpi = pytest.mark.skipif(
+    not (SYSTEM_HYDRA.exists() and SYSTEM_LIBMPICH.exists()),
+    reason="Debian's mpich (the stand-in for a machine's MPI) is not installed: apt-get install mpich (.ci/run does)")
+
+
+def system_mpi_lib(folder: Path) -> Path:
+    """A folder holding libmpi.so.12 -> Debian's MPICH: the stand-in machine's MPI library."""
+    lib = folder / "system-mpi" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libmpi.so.12").symlink_to(SYSTEM_LIBMPICH)
+    return lib
+
 
 def env_with_bin(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)

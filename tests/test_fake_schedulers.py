@@ -30,26 +30,10 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.schema import Run
 
-from conftest import BIN, REPO, scalestudy
+from conftest import BIN, REPO, SYSTEM_HYDRA, SYSTEM_LIBMPICH, needs_system_mpi, scalestudy, system_mpi_lib
 
 pytestmark = pytest.mark.mpi
 FAKE = REPO / "tests" / "fake_scheduler" / "fake_sched.py"
-SYSTEM_HYDRA = Path("/usr/bin/mpiexec.hydra")
-SYSTEM_LIBMPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
-needs_system_mpi = pytest.mark.skipif(not (SYSTEM_HYDRA.exists() and SYSTEM_LIBMPICH.exists()),
-                                      reason="Debian's mpich (the stand-in machine's MPI) is not installed: "
-                                             "apt-get install mpich (.ci/run does)")
-
-
-def _system_mpi(tmp_path: Path) -> Path:
-    """The stand-in machine's MPI library folder: libmpi.so.12 (the MPICH ABI name Cray MPICH's
-    ABI module provides) pointing at Debian's MPICH."""
-    lib = tmp_path / "system-mpi" / "lib"
-    lib.mkdir(parents=True)
-    (lib / "libmpi.so.12").symlink_to(SYSTEM_LIBMPICH)
-    return lib
-
-
 def _stand_in(tmp_path: Path, flavor: str, cores: int = 2, threads_per_core: int = 2) -> dict[str, str]:
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir()
@@ -65,7 +49,7 @@ def _stand_in(tmp_path: Path, flavor: str, cores: int = 2, threads_per_core: int
            "FAKE_SCHED_THREADS_PER_CORE": str(threads_per_core),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     if SYSTEM_LIBMPICH.exists():
-        env["FAKE_SCHED_SYSTEM_LIB"] = str(_system_mpi(tmp_path))
+        env["FAKE_SCHED_SYSTEM_LIB"] = str(system_mpi_lib(tmp_path))
     return env
 
 

@@ -20,15 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sites import load_site
+from conftest import BIN, SYSTEM_HYDRA, SYSTEM_LIBMPICH, needs_system_mpi, scalestudy, system_mpi_lib, write_spec
 
-from conftest import BIN, scalestudy
-
-SYSTEM_HYDRA = Path("/usr/bin/mpiexec.hydra")
-SYSTEM_LIBMPICH = Path("/usr/lib/x86_64-linux-gnu/libmpich.so.12")
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(
-    not (SYSTEM_HYDRA.exists() and SYSTEM_LIBMPICH.exists()),
-    reason="Debian's mpich (the stand-in for a machine's MPI) is not installed: apt-get install mpich (.ci/run does)")]
+pytestmark = [pytest.mark.mpi, needs_system_mpi]
 
 ALLREDUCE = """
 import numpy as np
@@ -46,10 +40,7 @@ if c.rank == 0:
 
 @pytest.fixture(scope="module")
 def system_lib(tmp_path_factory) -> Path:
-    lib = tmp_path_factory.mktemp("system-mpi") / "lib"
-    lib.mkdir()
-    (lib / "libmpi.so.12").symlink_to(SYSTEM_LIBMPICH)
-    return lib
+    return system_mpi_lib(tmp_path_factory.mktemp("system"))
 
 
 @pytest.fixture(scope="module")
@@ -128,15 +119,25 @@ def test_local_check_reports_this_environment(tmp_path):
     assert str((BIN.parent / "lib" / "libmpi.so.12").resolve()) in proc.stdout
 
 
-def test_system_site_runs_take_the_launcher_from_outside_the_venv(tmp_path):
+def test_system_site_runs_take_the_launcher_from_outside_the_venv(tmp_path, monkeypatch):
     """What a batch job's run does on an mpi: system site: the venv's mpiexec first on PATH is
     skipped; with no launcher outside it the run fails as a setup error naming the fix."""
     from orchestrator.errors import ConfigError
     from orchestrator.mpi_env import resolve_launcher
+    from workloads.spec import RunSpec
 
     env = {"PATH": f"{BIN}:/usr/bin:/bin"}
     assert resolve_launcher("mpiexec", env) == "/usr/bin/mpiexec"
     with pytest.raises(FileNotFoundError, match="load the module that provides it"):
         resolve_launcher("mpiexec", {"PATH": str(BIN)})
-    assert load_site(str(_site(tmp_path, ["echo ready"]))).mpi == "system"
-    assert ConfigError  # raised by mpi_run from this FileNotFoundError (setup failure, never retried)
+    # mpi_run turns that into a setup failure (never retried), naming the site's mpi key
+    import orchestrator.mpi_run as mpi_run
+    from orchestrator.retry_policy import SETUP_FAILURE, classify
+
+    spec = RunSpec.load(write_spec(tmp_path / "run"))
+    monkeypatch.setenv("SCALESTUDY_SITE_MPI", "system")
+    monkeypatch.setenv("PATH", str(BIN))           # only the venv's mpiexec: the machine has none
+    monkeypatch.delenv("PARSL_MPI_PREFIX", raising=False)
+    with pytest.raises(ConfigError, match="site.mpi='system'.*load the module") as err:
+        mpi_run.execute_run(spec, tmp_path / "run")
+    assert classify(err.value, tmp_path / "run") == SETUP_FAILURE
