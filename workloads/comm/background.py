@@ -10,8 +10,12 @@ Because every decision is derived from the same collective result, all ranks iss
 the same collectives in the same order without a central coordinator.
 
 The engine has its own communicator (a duplicate), so its collectives never
-interleave with the training loop's, and it polls the tiny negotiation collective
-with short sleeps rather than spinning, leaving the core to backprop.
+interleave with the training loop's. While backprop runs, the thread wakes once per
+cycle and never waits on MPI (nonblocking collectives, tested at the next cycle),
+leaving the core to backprop: on a node whose cores all compute, every wake-up of
+this thread is taken from backprop (benchmarks/RESULTS.md, weak scaling). An earlier
+version waited for each collective in polled sleeps (50 us doubling to 1 ms): about
+127 wake-ups per resnet20 step instead of about 25, and a backward 10-26 ms slower.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from .fused_allreduce import FusedAllreduce, wait_for
+from .fused_allreduce import FusedAllreduce
 from .fusion import plan_fusion
 
 _POLL_SECONDS = 50e-6
@@ -78,7 +82,6 @@ class BackgroundAllreduce:
         self.timeline = timeline
         self.events: list[dict[str, Any]] = []
         self._allreduce = FusedAllreduce(self.comm, average=True, poll_seconds=poll_seconds)
-        self._poll_seconds = poll_seconds if poll_seconds is not None else _POLL_SECONDS  # the negotiation always polls while backward runs
         self.set_slots(names, nbytes, flat, offsets)
         self._cv = threading.Condition()
         self._pending = False
@@ -126,7 +129,8 @@ class BackgroundAllreduce:
             st.ready_count += 1
             # Wake the loop only when that changes what it does: the first tensor of
             # a step starts the cycles, the last one ends the cycle-time wait.
-            if not self._pending or st.ready_count == len(self.names):
+            last = st.ready_count == len(self.names)
+            if not self._pending or last:
                 self._pending = True
                 self._cv.notify()
         if self.timeline:
@@ -171,51 +175,127 @@ class BackgroundAllreduce:
             self._complete.set()
 
     def _run_cycles(self, st: _Step) -> None:
-        global_ready = np.empty_like(st.ready_local)
+        """One step's cycles. While this rank's backward runs, the thread wakes once per
+        cycle and never waits on MPI: it collects what completed since the last cycle,
+        turns a finished negotiation into fused allreduces (started, not waited for) and
+        starts the next negotiation. Each wake-up takes the core and the GIL from
+        backprop, so there is one per cycle, not one per ``Test`` of a polled wait.
+        Once every slot of this rank is ready, the rest is waited for in ``MPI_Wait``.
+
+        Every rank starts the same collectives in the same order (negotiation k, the
+        groups its result gives, negotiation k+1, ...), since each group comes from the
+        same collective result and a new negotiation starts exactly when the previous
+        one's groups have been started and some slot is still unreduced."""
+        n = len(self.names)
+        started = np.zeros(n, bool)                     # slots in a started allreduce
+        in_flight: list[_Reduction] = []
+        negotiation: _Negotiation | None = None
         while True:
-            # The cycle time exists to let more tensors arrive for fusion; once all of
-            # this rank's are in, waiting out the cycle only delays the step.
+            # The cycle time lets more tensors arrive for fusion; once all of this
+            # rank's are in, waiting out the cycle only delays the step.
             with self._cv:
-                while st.ready_count < len(self.names):
+                while st.ready_count < n:
                     delay = self._last_cycle + self.cycle_time - time.perf_counter()
                     if delay <= 0:
                         break
                     self._cv.wait(timeout=delay)
-            self._last_cycle = time.perf_counter()
-            t0 = self.clock()
-            with self._cv:
                 local = st.ready_local.copy()
-            # While backprop runs it needs the core: wait in polled sleeps. Once this
-            # rank's backward is done the training thread only waits for us, so wait
-            # in MPI's own progress loop (GIL released): it answers soonest. Always a
-            # nonblocking collective, whichever way we wait: MPI never matches a
-            # blocking collective on one rank with a nonblocking one on another.
+            self._last_cycle = time.perf_counter()
             backward_done = bool(local.all())
-            wait_for(self.comm.Iallreduce(local, global_ready, op=MPI.BAND),
-                     None if backward_done else self._poll_seconds)
-            todo = [i for i in np.flatnonzero(global_ready) if not st.done[i]]
-            if self.timeline:
-                self.events.append({"step": st.number, "tensor": "negotiate", "phase": "negotiate",
-                                    "t0": t0, "t1": self.clock(), "bytes": 0, "tensors": len(todo)})
+            in_flight = [r for r in in_flight if not self._finish(st, r, wait=backward_done)]
+            if negotiation is None:
+                negotiation = self._negotiate(local)
+            if backward_done:
+                negotiation.request.Wait()
+            elif not negotiation.request.Test():
+                continue
+            todo = [i for i in np.flatnonzero(negotiation.result) if not started[i]]
+            self._record_negotiation(st, negotiation, len(todo))
             for group in plan_fusion(todo, self.nbytes, self.threshold):
-                a0 = self.clock()
-                moved = self._reduce(st, group, blocking=backward_done)
-                a1 = self.clock()
-                st.done[group] = True
-                if self.timeline:
-                    self.events.append({
-                        "step": st.number, "tensor": f"fused-{st.collectives}", "phase": "allreduce",
-                        "t0": a0, "t1": a1, "bytes": moved, "tensors": [self.names[i] for i in group],
-                        "arrival": max(st.ready_time[i] for i in group),
-                    })
-                st.collectives += 1
-            if st.done.all():
+                started[group] = True
+                reduction = self._start(st, group, blocking=backward_done)
+                if backward_done or not self._finish(st, reduction, wait=False):
+                    in_flight.append(reduction)
+            negotiation = None
+            if started.all():
+                for reduction in in_flight:
+                    self._finish(st, reduction, wait=True)
                 self._complete.set()
                 return
+            if not backward_done:
+                # this cycle's negotiation, answered by the next cycle's wake-up
+                with self._cv:
+                    local = st.ready_local.copy()
+                negotiation = self._negotiate(local)
 
-    def _reduce(self, st: _Step, group: list[int], blocking: bool) -> int:
-        if self._flat is not None and len(group) > 1 and group[-1] - group[0] == len(group) - 1:
+    def _negotiate(self, local: np.ndarray) -> "_Negotiation":
+        """Start the AND of every rank's ready bits. Always a nonblocking collective,
+        however this rank then waits: MPI never matches a blocking collective on one
+        rank with a nonblocking one on another."""
+        result = np.empty_like(local)
+        return _Negotiation(self.comm.Iallreduce(local, result, op=MPI.BAND), result, self.clock())
+
+    def _record_negotiation(self, st: _Step, negotiation: "_Negotiation", tensors: int) -> None:
+        if self.timeline:
+            self.events.append({"step": st.number, "tensor": "negotiate", "phase": "negotiate",
+                                "t0": negotiation.t0, "t1": self.clock(), "bytes": 0, "tensors": tensors})
+
+    def _start(self, st: _Step, group: list[int], blocking: bool) -> "_Reduction":
+        """Start reducing ``group`` in place: one slice of the flat buffer when the group
+        is adjacent in it, the tensor itself when it is alone and contiguous. Anything
+        else is packed and reduced now (``FusedAllreduce``), and returned finished."""
+        t0 = self.clock()
+        target = None
+        if self._flat is not None and group[-1] - group[0] == len(group) - 1:
             start = self._offsets[group[0]]
-            end = self._offsets[group[-1]] + self.nbytes[group[-1]] // 4
-            return self._allreduce([self._flat[start:end]], blocking)
-        return self._allreduce([st.tensors[i] for i in group], blocking)
+            target = self._flat[start:self._offsets[group[-1]] + self.nbytes[group[-1]] // 4]
+        elif len(group) == 1:
+            t = st.tensors[group[0]]
+            if t.is_contiguous() and t.dtype == torch.float32 and t.device.type == "cpu":
+                target = t
+        if target is None:
+            moved = self._allreduce([st.tensors[i] for i in group], blocking)
+            return _Reduction(None, None, group, t0, moved)
+        request = self.comm.Iallreduce(MPI.IN_PLACE, target.numpy(), op=MPI.SUM) if self.comm.Get_size() > 1 \
+            else MPI.REQUEST_NULL
+        return _Reduction(request, target, group, t0, target.numel() * 4)
+
+    def _finish(self, st: _Step, reduction: "_Reduction", wait: bool) -> bool:
+        """Complete ``reduction`` if it is done (or wait for it): average, mark, record.
+        Returns whether it is complete."""
+        if reduction.request is not None:
+            if wait:
+                reduction.request.Wait()
+            elif not reduction.request.Test():
+                return False
+            reduction.target.mul_(1.0 / self.comm.Get_size())
+            reduction.request = None
+        if reduction.group is not None:
+            st.done[reduction.group] = True
+            if self.timeline:
+                self.events.append({
+                    "step": st.number, "tensor": f"fused-{st.collectives}", "phase": "allreduce",
+                    "t0": reduction.t0, "t1": self.clock(), "bytes": reduction.moved,
+                    "tensors": [self.names[i] for i in reduction.group],
+                    "arrival": max(st.ready_time[i] for i in reduction.group),
+                })
+            st.collectives += 1
+            reduction.group = None
+        return True
+
+
+@dataclass
+class _Negotiation:
+    request: MPI.Request
+    result: np.ndarray
+    t0: float
+
+
+@dataclass
+class _Reduction:
+    """A fused allreduce started by the engine; ``request`` None once complete."""
+    request: MPI.Request | None
+    target: torch.Tensor | None
+    group: list[int] | None
+    t0: float
+    moved: int
