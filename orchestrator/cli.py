@@ -22,6 +22,8 @@ commands:
                                     one row per run (or per group): table, CSV, JSON, Parquet
   compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
   figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
+  report --study S [--out DIR] [--baseline AXIS=VALUE]
+                                    one self-contained HTML folder: sweep, tables, figures, failures, provenance
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
   db upgrade|current                migrate the results database to this version's schema / show its revision
@@ -405,11 +407,10 @@ def _figures(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db.figures import CATALOG
+    from results_db.figures import catalog_lines
 
     if args.list:
-        for spec in CATALOG:
-            print(f"{spec.name:31s} {spec.title}  [needs {spec.needs}]")
+        print("\n".join(catalog_lines()))
         return 0
     if not args.study:
         return _fail("figures: give --study NAME (`scalestudy status` lists the studies)")
@@ -427,6 +428,8 @@ def _figures(argv: Sequence[str]) -> int:
             print(f"  skipped {result.name}: {result.skipped}")
         else:
             print(f"  drew    {result.name} ({result.rows} rows): {', '.join(p.name for p in result.files)}")
+            for note in result.notes:
+                print(f"          note: {note}")
 
     try:
         formats, only = split(args.format), (split(args.only) if args.only else None)
@@ -442,6 +445,44 @@ def _figures(argv: Sequence[str]) -> int:
     drawn = sum(1 for r in results if not r.skipped)
     print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")
     return 0 if drawn else 1
+
+
+def _report(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy report",
+                                     description="Write a study's report: one self-contained folder whose index.html "
+                                                 "holds the sweep, a table per configuration, every figure, the "
+                                                 "failures and the provenance (opens with no network).")
+    parser.add_argument("--study", required=True, help="the study (see `scalestudy status`)")
+    parser.add_argument("--out", default=None, help="output folder (default: reports/<study>)")
+    parser.add_argument("--baseline", default=None,
+                        help="AXIS=VALUE that speedup and efficiency are against, e.g. nodes=1 or algorithm=sync "
+                             "(default: the smallest node count, else sync)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="top-1 accuracy (0-1) for time to accuracy (default: the best every run reached)")
+    parser.add_argument("--where", action="append", default=None, help="only runs matching, e.g. 'nodes<=8'")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import query
+    from results_db.figures import FigureDataError
+    from results_db.report import ReportError, build_report
+    from results_db.store import resolve_db_url, safe_url
+
+    out = Path(args.out or Path("reports") / args.study)
+    url = resolve_db_url(args.db)
+    try:
+        engine = _open_for_reading(url)
+        print(f"writing the report of study {args.study!r} from {safe_url(url)} into {out}/")
+        report = build_report(engine, args.study, out, url, baseline=args.baseline, target=args.target,
+                              where=args.where)
+    except (ReportError, FigureDataError, query.QueryError, _NoDatabase, _OlderSchema) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write the report into {out}: {exc.strerror or exc}")
+    drawn = sum(1 for r in report.figures if not r.skipped)
+    print(f"{drawn} figure(s), {len(report.configurations)} configuration row(s), {len(report.failures)} failed "
+          f"run(s); open {report.index}")
+    return 0
 
 
 def _sites(argv: Sequence[str]) -> int:
@@ -514,7 +555,7 @@ def _db(argv: Sequence[str]) -> int:
 
 
 COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
-            "ingest": _ingest, "sites": _sites, "db": _db}
+            "report": _report, "ingest": _ingest, "sites": _sites, "db": _db}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

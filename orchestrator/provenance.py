@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import platform
 import socket
 import subprocess
@@ -41,10 +42,21 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _cpus() -> int | None:
+    """The cores this process may use (its affinity, as a container or cgroup sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
+    """The orchestrator's side. ``cpus`` is this host's cores: for site=local runs, the cores
+    every rank shares (a figure of such runs says when ranks outnumber them)."""
     return {
         "login_host": socket.gethostname(),
+        "cpus": _cpus(),
         "python": platform.python_version(),
         **{name: _version(name) for name in ("scalestudy", "parsl", "hydra-core", "sqlalchemy", "torch", "mpi4py",
                                              "mpich")},

@@ -118,8 +118,13 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     return out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
 
 
-def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput") -> pd.DataFrame:
-    """``compare`` on runs already read (one row per finished run), keeping every axis column."""
+def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
+                 ignore: Sequence[str] = ()) -> pd.DataFrame:
+    """``compare`` on runs already read (one row per finished run), keeping every axis column.
+
+    ``ignore``: axes that move with the others (threads_per_node left at one per worker moves
+    with workers_per_node), left out of matching a configuration to its baseline; else a
+    baseline of workers_per_node=1 would find no partner for 2 workers with 2 threads."""
     axis, value = parse_baseline(baseline)
     if runs.empty:
         raise CompareError("no finished runs match")
@@ -131,15 +136,16 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput") 
     if metric not in runs.columns or not pd.api.types.is_numeric_dtype(runs[metric]):
         raise CompareError(f"metric {metric!r} is not a numeric run column")
     keys = [a for a in config_axes(runs) if a != axis]
+    match = [k for k in keys if k not in ignore]
     per_config = (runs.groupby([*keys, axis], dropna=False)
                   .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
                        world_size=("world_size", "first"))
                   .reset_index())
-    base = per_config[per_config[axis] == value][[*keys, "mean", "world_size"]]
+    base = per_config[per_config[axis] == value][[*match, "mean", "world_size"]]
     if base.empty:
         raise CompareError(f"no finished runs with {axis}={value!r} to compare against")
     base = base.rename(columns={"mean": "baseline_mean", "world_size": "baseline_world_size"})
-    out = per_config.merge(base, on=keys, how="inner")
+    out = per_config.merge(base, on=match, how="inner")
     out["speedup"] = out["mean"] / out["baseline_mean"]
     out["speedup_std"] = out["std"] / out["baseline_mean"]
     out["efficiency"] = out["speedup"] * out["baseline_world_size"] / out["world_size"]

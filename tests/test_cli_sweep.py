@@ -133,15 +133,16 @@ def test_unknown_command_and_help(tmp_path):
 
 
 @pytest.mark.parametrize("command", [["query"], ["compare", "--baseline", "nodes=1"], ["figures", "--study", "smoke"],
-                                     ["query", "--db", "sqlite:///typo/results.db"]])
+                                     ["report", "--study", "smoke"], ["query", "--db", "sqlite:///typo/results.db"]])
 def test_reading_commands_never_create_a_database(tmp_path, command):
     out = scalestudy(*command, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("scalestudy: error: no results database at ")
     assert len(out.stderr.strip().splitlines()) == 1
     assert not any(p.name.startswith("scalestudy.db") for p in tmp_path.iterdir()) and not (tmp_path / "typo").exists()
+    assert not (tmp_path / "reports").exists()
 
 
-@pytest.mark.parametrize("study, runs", [("smoke", 4), ("horovod_scaling", 8), ("eager_sgd", 4), ("eager_sgd_lstm", 3)])
+@pytest.mark.parametrize("study, runs", [("smoke", 4), ("horovod_scaling", 16), ("eager_sgd", 12), ("eager_sgd_lstm", 3)])
 def test_every_shipped_study_validates(tmp_path, study, runs):
     proc = scalestudy("sweep", f"study={study}", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

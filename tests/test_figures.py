@@ -17,7 +17,7 @@ from results_db import connect
 from results_db.figures import FigureDataError, render_study
 from results_db.figures import data as fd
 from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Eval, Round, Run, Step, StepStat
+from results_db.schema import Eval, Event, Round, Run, Step, StepStat
 from workloads.spec import RunSpec
 
 from conftest import scalestudy
@@ -59,6 +59,13 @@ def engine(db_url):
             for epoch in range(2):
                 s.add(Eval(run_id=d.run_id, epoch=epoch, wall=10.0 * (epoch + 1) * k, top1=0.5 + 0.1 * epoch + 0.01 * seed,
                            loss=1.0, samples_seen=100 * (epoch + 1)))
+            if (algorithm, seed) == ("sync", 0):   # fused allreduces: ranks ready at different moments
+                for step in (1, 2):
+                    for b, tensor in enumerate(("fused-0", "fused-1")):
+                        for rank in range(2):
+                            ready = step + 0.01 * b + 0.001 * (rank * (b + 1) * nodes)   # skew (b+1)*nodes ms
+                            s.add(Event(run_id=d.run_id, rank=rank, step=step, tensor=tensor, phase="allreduce",
+                                        t0=ready, t1=ready + 0.005, bytes=1024, arrival=ready))
             if algorithm == "eager_solo":
                 mix = [(2, 0, 0), (1, 0, 1), (1, 1, 0), (2, 0, 0)] + [(2, 0, 0)] * (4 * seed)
                 for r, (fresh, stale, null) in enumerate(mix):
@@ -126,6 +133,11 @@ def test_distributions_rounds_and_accuracy(engine):
     skew = fd.step_stat_distribution(engine, sr, "arrival_skew_max")
     one = skew[skew["config"] == "algorithm=sync, nodes=1"]
     assert sorted(one["value"].round(6)) == sorted([1.0 * s * k for s in (1, 2, 3) for k in (1, 2)])
+    # at each fused allreduce: the spread of the ranks' ready times, one value per (run, step, buffer)
+    per_collective = fd.collective_skew(engine, sr)
+    assert list(per_collective["nodes"]) == sorted(per_collective["nodes"])      # ordered by node count
+    assert sorted(per_collective["value"].round(6)) == sorted([float((b + 1) * n) for n in (1, 2, 4) for b in (0, 1)
+                                                               for _ in (1, 2)])
     rounds = fd.round_composition(engine, sr).set_index("config")
     assert list(rounds.index) == [f"algorithm=eager_solo, nodes={n}" for n in (1, 2, 4)]   # sync ran no partial rounds
     r = rounds.iloc[0]
@@ -142,9 +154,10 @@ def test_render_writes_images_tables_and_manifest(engine, tmp_path):
     out = tmp_path / "figs"
     results = {r.name: r for r in render_study(engine, "figs", out, formats=("png", "svg"))}
     drawn = {n for n, r in results.items() if not r.skipped}
-    assert drawn == {"throughput_vs_nodes", "throughput_by_algorithm", "step_time_breakdown", "straggler_skew",
-                     "update_delay", "allreduce_hidden", "accuracy_vs_epoch", "accuracy_vs_time", "partial_rounds"}
-    assert results["timeline"].skipped == "needs a run with timeline=true"
+    assert drawn == {"throughput_vs_nodes", "efficiency_vs_nodes", "throughput_by_algorithm", "step_time_breakdown",
+                     "straggler_skew", "update_delay", "allreduce_hidden", "accuracy_vs_epoch", "accuracy_vs_time",
+                     "time_to_accuracy", "partial_rounds", "timeline"}
+    assert results["speedup_vs_delay"].skipped.startswith("needs runs of sync and another algorithm")
     assert "batch_size" in results["throughput_vs_batch_size"].skipped
     for name in drawn:
         with Image.open(out / f"{name}.png") as img:
@@ -161,7 +174,7 @@ def test_render_writes_images_tables_and_manifest(engine, tmp_path):
 def test_bad_choices_fail_before_anything_is_written(engine, tmp_path):
     out = tmp_path / "never"
     for kwargs, words in [({"only": ["nope"]}, "unknown figure 'nope'"), ({"formats": ("jpg",)}, "format 'jpg'"),
-                          ({"run_id": 1}, "has no timeline"), ({"run_id": 999}, "not a finished run")]:
+                          ({"run_id": 2}, "has no timeline"), ({"run_id": 999}, "not a finished run")]:
         with pytest.raises(FigureDataError, match=words):
             render_study(engine, "figs", out, **kwargs)
     with pytest.raises(FigureDataError, match="study 'other' has no runs in this database; studies here: figs"):

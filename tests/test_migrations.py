@@ -89,7 +89,7 @@ def test_head_constant_is_alembics_head():
 
 
 def test_reading_commands_never_migrate(tmp_path):
-    """status, query, compare and figures on an older database: one line saying to run
+    """status, query, compare, figures and report on an older database: one line saying to run
     `scalestudy db upgrade`, exit 2, and the file unchanged (no DDL from a reader)."""
     import sqlite3
 
@@ -98,7 +98,8 @@ def test_reading_commands_never_migrate(tmp_path):
     _old_database(url)
     dump = lambda: "\n".join(sqlite3.connect(db).iterdump())  # noqa: E731 - every table, index and row
     before = dump()
-    for args in (["status"], ["query"], ["compare", "--baseline", "nodes=1"], ["figures", "--study", "old"]):
+    for args in (["status"], ["query"], ["compare", "--baseline", "nodes=1"], ["figures", "--study", "old"],
+                 ["report", "--study", "old"]):
         out = scalestudy(*args, "--db", url, cwd=tmp_path)
         assert out.returncode == 2 and "scalestudy db upgrade" in out.stderr, (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1

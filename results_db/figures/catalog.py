@@ -6,6 +6,11 @@ drawn (throughput against each scaling axis that was swept, the timeline when ru
 recorded one, rounds when partial collectives ran…), so a user's own study gets the
 same figures as the shipped ones. Next to each image goes the table it was drawn
 from (CSV), and ``manifest.json`` records what came from which runs.
+
+Each figure also carries a one-sentence caption (what it shows, and from how many
+runs: the table builders tag their tables with the runs they used), and notes
+printed on its face where its data cannot support a plain reading — a partial grid,
+axes that moved together, oversubscribed cores (``notes.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
+import matplotlib
 import pandas as pd
 from sqlalchemy import Engine
 
-from . import data, draw
+from . import data, derived, draw
+from .notes import figure_notes
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -33,6 +40,9 @@ class FigureSpec:
     build: Callable[["FigureContext"], pd.DataFrame]
     paint: Callable[[pd.DataFrame, object], None]
     size: tuple[float, float] = (6.4, 4.2)
+    caption: str = ""                                    # one sentence: what the figure shows
+    compares: bool = True                                # compares configurations (a partial grid matters)
+    describe: Callable[[pd.DataFrame, "FigureContext"], str] | None = None   # a title naming its data
 
 
 @dataclass
@@ -40,6 +50,7 @@ class FigureContext:
     engine: Engine
     runs: data.StudyRuns
     run_id: int | None = None                            # the timeline's run (default: the largest)
+    target: float | None = None                          # time to accuracy's target top-1 (default: derived)
     cache: dict = field(default_factory=dict)
 
     def timeline_run(self) -> int | None:
@@ -54,54 +65,137 @@ class FigureResult:
     files: tuple[Path, ...] = ()
     rows: int = 0
     skipped: str | None = None                           # why nothing was drawn
+    title: str = ""
+    caption: str = ""                                    # what it shows and how many runs it rests on
+    run_ids: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()                          # printed on the figure too
+
+
+def _axis_name(axis: str) -> str:
+    return f"param_{axis.split('.', 1)[1]}" if axis.startswith("params.") else axis
+
+
+def _can_plot_against(ctx: FigureContext, axis: str) -> bool:
+    """Swept independently, and measured at two values or more (failures may leave one)."""
+    return axis in ctx.runs.varying and ctx.runs.runs[axis].nunique(dropna=False) > 1
 
 
 def _scaling_figure(axis: str) -> FigureSpec:
-    name = f"throughput_vs_param_{axis.split('.', 1)[1]}" if axis.startswith("params.") else f"throughput_vs_{axis}"
+    what = data.label_of(axis)
     return FigureSpec(
-        name=name, title=f"Training throughput against {data.label_of(axis)}",
+        name=f"throughput_vs_{_axis_name(axis)}", title=f"Training throughput against {what}",
         needs=f"{axis} swept at two values or more, not only in step with another axis",
-        build=lambda ctx: data.throughput_vs(ctx.runs, axis) if axis in ctx.runs.varying else pd.DataFrame(),
-        paint=lambda frame, fig: draw.throughput_vs(frame, fig, axis))
+        build=lambda ctx: data.throughput_vs(ctx.runs, axis) if _can_plot_against(ctx, axis) else pd.DataFrame(),
+        paint=lambda frame, fig: draw.throughput_vs(frame, fig, axis),
+        caption=f"Samples per second (mean ± standard deviation over repeats) against {what}, one line per "
+                "setting of the other swept axes" + (", each with its linear-scaling reference in its own colour."
+                                                     if axis in data.RESOURCE_AXES else "."))
+
+
+def _efficiency_figure(axis: str) -> FigureSpec:
+    what = data.label_of(axis)
+    if axis in data.RESOURCE_AXES:
+        caption = (f"Scaling efficiency against {what}: measured throughput ÷ linear scaling from the line's "
+                   f"smallest {what} (1 = perfect scaling).")
+        needs = f"{axis} swept at two values or more"
+    else:
+        caption = ("Scaling efficiency of each rank count against the per-worker batch size: throughput ÷ (the "
+                   "smallest rank count's throughput × the rank ratio) at the same batch size.")
+        needs = "batch_size swept with nodes or workers_per_node"
+    return FigureSpec(
+        name=f"efficiency_vs_{axis}", title=f"Scaling efficiency against {what}", needs=needs,
+        build=lambda ctx: derived.efficiency_vs(ctx.runs, axis) if _can_plot_against(ctx, axis) else pd.DataFrame(),
+        paint=lambda frame, fig: draw.efficiency(frame, fig, axis), caption=caption)
 
 
 def _timeline_frame(ctx: FigureContext) -> pd.DataFrame:
     run = ctx.timeline_run()
-    return pd.DataFrame() if run is None else data.timeline_window(ctx.engine, run).assign(run_id=run)
+    return pd.DataFrame() if run is None else data.used(data.timeline_window(ctx.engine, run).assign(run_id=run), [run])
+
+
+def _timeline_title(frame: pd.DataFrame, ctx: FigureContext) -> str:
+    run = int(frame["run_id"].iloc[0])
+    row = ctx.runs.runs[ctx.runs.runs["run_id"] == run].iloc[0]
+    steps = sorted(int(s) for s in frame["step"].unique())
+    shown = f"steps {steps[0]}–{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}"
+    lo, hi = data.timeline_steps(ctx.engine, run)
+    of = f" of {lo}–{hi}" if hi is not None else ""
+    config = ctx.runs.label(row, [a for a in ("algorithm", *ctx.runs.varying) if a in row.index])
+    return (f"Timeline of run {run} ({config}, {int(row['world_size'])} ranks): {shown}{of}; "
+            "phases as in the step-time breakdown")
+
+
+def _skew_frame(ctx: FigureContext) -> pd.DataFrame:
+    return data.collective_skew(ctx.engine, ctx.runs)
 
 
 CATALOG: tuple[FigureSpec, ...] = (
     *(_scaling_figure(axis) for axis in data.SCALING_AXES),
+    *(_efficiency_figure(axis) for axis in data.SCALING_AXES),
     FigureSpec("throughput_by_algorithm", "Throughput per algorithm (speedup over sync on the bars)",
                "runs of more than one algorithm",
                lambda ctx: data.throughput_by_algorithm(ctx.runs) if "algorithm" in ctx.runs.varying else pd.DataFrame(),
-               draw.algorithm_bars, size=(7.5, 4.2)),
+               draw.algorithm_bars, size=(7.5, 4.4),
+               caption="Samples per second of each algorithm (mean ± standard deviation over repeats) in each setting "
+                       "of the other swept axes (an imbalance setting, a node count); the label on each bar is its "
+                       "speedup over sync in the same setting."),
+    FigureSpec("speedup_vs_delay", "Speedup over sync against the injected delay",
+               "runs of sync and another algorithm at two injected delays or more",
+               lambda ctx: derived.speedup_vs_delay(ctx.runs), draw.speedup_lines,
+               caption="Each algorithm's throughput divided by sync's at the same injected delay (imbalance.delay_ms), "
+                       "mean over repeats with its standard deviation scaled by sync's mean."),
     FigureSpec("step_time_breakdown", "Where a training step's time goes (mean per step, step 0 left out)",
                "step records", lambda ctx: data.step_time_breakdown(ctx.engine, ctx.runs), draw.stacked_phases,
-               size=(7.5, 4.2)),
+               size=(7.5, 4.2),
+               caption="Mean milliseconds per training step in each phase, pooled over every rank's steps of the "
+                       "configuration's runs; step 0 (one-time initialisation) is left out."),
     FigureSpec("timeline", "Fine-grain timeline of two steps: phases, gradients ready, fused allreduces",
-               "a run with timeline=true", _timeline_frame, draw.timeline, size=(9.0, 4.8)),
-    FigureSpec("straggler_skew", "Stragglers: spread of ranks' arrival at each step's collectives (worst per step)",
-               "runs with timeline=true",
-               lambda ctx: data.step_stat_distribution(ctx.engine, ctx.runs, "arrival_skew_max"),
-               lambda frame, fig: draw.distribution(frame, fig, "arrival skew (ms)"), size=(7.5, 4.2)),
+               "a run with timeline=true", _timeline_frame, draw.timeline, size=(9.0, 5.0), compares=False,
+               describe=_timeline_title,
+               caption="Two consecutive steps from the middle of one run, per rank: the training thread's phases, "
+                       "each gradient becoming ready (black ticks), and the communication engine's negotiations and "
+                       "fused allreduces."),
+    FigureSpec("straggler_skew", "Stragglers: arrival skew at each fused allreduce, per configuration by node count",
+               "runs with timeline=true whose engine logs its collectives", _skew_frame,
+               lambda frame, fig: draw.distribution(frame, fig, "arrival skew at a collective (ms)"), size=(7.5, 4.2),
+               caption="Distribution over every fused allreduce of the spread between the first and the last rank "
+                       "to have that buffer's gradients ready (box: quartiles; whiskers: 1.5 × the interquartile "
+                       "range), configurations ordered by node count."),
     FigureSpec("update_delay", "Delay between consecutive weight updates",
                "runs with timeline=true",
                lambda ctx: data.step_stat_distribution(ctx.engine, ctx.runs, "update_delay"),
-               lambda frame, fig: draw.distribution(frame, fig, "ms between updates"), size=(7.5, 4.2)),
+               lambda frame, fig: draw.distribution(frame, fig, "milliseconds between weight updates"),
+               size=(7.5, 4.2),
+               caption="Distribution per configuration of the time from the end of one weight update to the start of "
+                       "the next (mean over ranks per step): the time a step spends on everything but the update."),
     FigureSpec("allreduce_hidden", "Share of allreduce time hidden behind backprop",
                "runs with timeline=true and an overlapping engine",
                lambda ctx: data.step_stat_distribution(ctx.engine, ctx.runs, "hidden_fraction", scale=100.0),
-               lambda frame, fig: draw.distribution(frame, fig, "% of allreduce time hidden"), size=(7.5, 4.2)),
-    FigureSpec("accuracy_vs_epoch", "Top-1 accuracy after each epoch (mean over seeds)", "evaluations",
+               lambda frame, fig: draw.distribution(frame, fig, "% of allreduce time hidden behind backprop"),
+               size=(7.5, 4.2),
+               caption="Distribution per configuration and step of the share of allreduce time that overlapped the "
+                       "rank's own backward pass: what overlapping communication with backprop bought."),
+    FigureSpec("accuracy_vs_epoch", "Top-1 accuracy after each epoch (mean over repeats)", "evaluations",
                lambda ctx: data.accuracy_curves(ctx.engine, ctx.runs),
-               lambda frame, fig: draw.accuracy(frame, fig, "epoch")),
-    FigureSpec("accuracy_vs_time", "Top-1 accuracy against training time (mean over seeds)", "evaluations",
+               lambda frame, fig: draw.accuracy(frame, fig, "epochs_done"),
+               caption="Top-1 accuracy on the test set after each completed epoch, mean over repeats."),
+    FigureSpec("accuracy_vs_time", "Top-1 accuracy against training time (mean over repeats)", "evaluations",
                lambda ctx: data.accuracy_curves(ctx.engine, ctx.runs),
-               lambda frame, fig: draw.accuracy(frame, fig, "wall")),
+               lambda frame, fig: draw.accuracy(frame, fig, "wall"),
+               caption="Top-1 accuracy on the test set against seconds since the run started, mean over repeats of "
+                       "both."),
+    FigureSpec("time_to_accuracy", "Time to a target accuracy", "evaluations",
+               lambda ctx: derived.time_to_accuracy(ctx.engine, ctx.runs, ctx.target), draw.time_bars,
+               size=(7.5, 4.2),
+               caption="Seconds until a configuration's runs first reached the target top-1 accuracy (mean ± standard "
+                       "deviation over the repeats that reached it); the default target is the best accuracy every "
+                       "run reached."),
     FigureSpec("partial_rounds", "Partial allreduce rounds: fresh, stale and null contributions",
                "eager_solo or eager_majority runs", lambda ctx: data.round_composition(ctx.engine, ctx.runs),
-               draw.rounds, size=(7.5, 4.2)),
+               draw.rounds, size=(7.5, 4.2),
+               caption="Mean number of ranks per partial-allreduce round that contributed this step's gradient "
+                       "(fresh), a gradient held over from a round they missed (stale), or nothing (null); "
+                       "synchronous rounds are left out."),
 )
 NAMES = tuple(spec.name for spec in CATALOG)
 
@@ -124,6 +218,20 @@ def check_choices(formats: Sequence[str], only: Sequence[str] | None, allow_dyna
 
 
 DYNAMIC_PREFIXES = ("throughput_vs_param_", "metric_")
+# the figures whose names the data decides, for ``scalestudy figures --list``
+DYNAMIC_FAMILIES = (
+    ("throughput_vs_param_NAME", "Training throughput against a free parameter",
+     "+params.NAME swept at two values or more"),
+    ("metric_NAME", "A metric your workload reported, per configuration (mean ± std over repeats)",
+     "runs that reported metrics.NAME (command workloads, report.result)"),
+)
+
+
+def catalog_lines() -> list[str]:
+    """Every figure, with what it needs: the fixed ones, then the families named by the data."""
+    rows = [(spec.name, spec.title, spec.needs) for spec in CATALOG] + list(DYNAMIC_FAMILIES)
+    width = max(len(name) for name, _, _ in rows) + 2
+    return [f"{name:{width}s}{title}  [needs {needs}]" for name, title, needs in rows]
 
 
 def dynamic_specs(ctx: FigureContext) -> list[FigureSpec]:
@@ -136,16 +244,24 @@ def dynamic_specs(ctx: FigureContext) -> list[FigureSpec]:
             name=f"metric_{name}", title=f"{name} per configuration (mean ± std over repeats)",
             needs=f"runs that reported the metric {name}",
             build=lambda ctx, column=column: data.metric_by_config(ctx.runs, column),
-            paint=lambda frame, fig, name=name: draw.metric_bars(frame, fig, name), size=(7.5, 4.2)))
+            paint=lambda frame, fig, name=name: draw.metric_bars(frame, fig, name), size=(7.5, 4.2),
+            caption=f"The metric {name} your workload reported, per configuration (mean ± standard deviation "
+                    "over repeats)."))
     return specs
 
 
 def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[str] = ("png",),
                  only: Sequence[str] | None = None, where=None, run_id: int | None = None,
-                 on_result: Callable[[FigureResult], None] | None = None, source: str = "") -> list[FigureResult]:
-    """Draw every figure the study's data allows into ``out_dir``; returns what was written or skipped."""
+                 on_result: Callable[[FigureResult], None] | None = None, source: str = "",
+                 target: float | None = None, runs: data.StudyRuns | None = None) -> list[FigureResult]:
+    """Draw every figure the study's data allows into ``out_dir``; returns what was written or skipped.
+
+    ``target``: the top-1 accuracy time-to-accuracy measures to (default: the best every run
+    reached); ``runs``: the study already loaded (the report reads it once for tables and figures)."""
     check_choices(formats, only, allow_dynamic=True)
-    ctx = FigureContext(engine, data.load_study(engine, study, where), run_id)
+    if target is not None and not 0 < target <= 1:
+        raise data.FigureDataError(f"target {target!r}: a top-1 accuracy between 0 and 1 (e.g. 0.8)")
+    ctx = FigureContext(engine, runs or data.load_study(engine, study, where), run_id, target)
     specs = [s for s in [*CATALOG, *dynamic_specs(ctx)] if not only or s.name in only]
     if run_id is not None and any(spec.name == "timeline" for spec in specs):
         ctx.timeline_run()  # a bad --run-id fails before anything is written
@@ -164,13 +280,23 @@ def _render_one(spec: FigureSpec, ctx: FigureContext, out_dir: Path, formats: Se
     frame = spec.build(ctx)
     if frame is None or frame.empty:
         return FigureResult(spec.name, skipped=f"needs {spec.needs}")
+    run_ids = tuple(frame.attrs.get("run_ids") or ctx.runs.ids)
+    title = spec.describe(frame, ctx) if spec.describe else spec.title
+    notes = tuple(figure_notes(ctx.runs, run_ids, compares_configurations=spec.compares))
     fig = draw.new_figure(*spec.size)
     spec.paint(frame, fig)
-    fig.suptitle(f"{ctx.runs.study}: {spec.title}", fontsize="medium")
+    draw.title(fig, f"{ctx.runs.study}: {title}")
+    draw.add_notes(fig, notes)
+    runs = f"{len(run_ids)} run" + ("" if len(run_ids) == 1 else "s")
+    caption = f"{spec.caption} Drawn from {runs}." if spec.caption else f"Drawn from {runs}."
     files = [_atomic(out_dir / f"{spec.name}.csv", lambda tmp: frame.to_csv(tmp, index=False))]
     for fmt in formats:
-        files.append(_atomic(out_dir / f"{spec.name}.{fmt}", lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150)))
-    return FigureResult(spec.name, tuple(files), rows=len(frame))
+        # SVG keeps its text as text (searchable, editable), not as outlines
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            files.append(_atomic(out_dir / f"{spec.name}.{fmt}",
+                                 lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150)))
+    return FigureResult(spec.name, tuple(files), rows=len(frame), title=title, caption=caption, run_ids=run_ids,
+                        notes=notes)
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
@@ -186,7 +312,8 @@ def _write_manifest(out_dir: Path, study: str, ctx: FigureContext, results: list
         "study": study, "source": source, "drawn_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [int(i) for i in ctx.runs.runs["run_id"]], "varying_axes": list(ctx.runs.varying),
         "timeline_run": ctx.cache.get("timeline_run"),
-        "figures": [{"name": r.name, "files": [p.name for p in r.files], "rows": r.rows, "skipped": r.skipped}
+        "figures": [{"name": r.name, "files": [p.name for p in r.files], "rows": r.rows, "skipped": r.skipped,
+                     "title": r.title, "caption": r.caption, "runs": list(r.run_ids), "notes": list(r.notes)}
                     for r in results],
     }
     _atomic(out_dir / "manifest.json", lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"))

@@ -19,11 +19,13 @@ from workloads.spec import FIELD
 
 from .. import compare, query
 from ..schema import Event, Round, Step
+from .grid import Grid, build_grid
 
 # The axes a configuration is made of (compare's, seed being the repeat), in the order labels name them.
 _NAMED_FIRST = ("algorithm", "model", "dataset")
 CONFIG_AXES = (*_NAMED_FIRST, *(a for a in compare.CONFIG_AXES if a not in _NAMED_FIRST))
 SCALING_AXES = ("nodes", "workers_per_node", "threads_per_node", "batch_size")
+RESOURCE_AXES = ("nodes", "workers_per_node", "threads_per_node")   # more of them should mean more samples/s
 
 
 def label_of(axis: str) -> str:
@@ -32,8 +34,25 @@ def label_of(axis: str) -> str:
         return FIELD[axis].label
     head, _, key = axis.partition(".")
     return key if head in ("params", "metrics") and key else axis
+
+
+def setting(axis: str, value) -> str:
+    """``axis=value`` in words, a unit moved behind the value: "injected delay=100 ms", "nodes=2"."""
+    name = label_of(axis)
+    if name.endswith(")") and " (" in name:
+        name, unit = name[:-1].rsplit(" (", 1)
+        return f"{name}={_fmt(value)} {unit}"
+    return f"{name}={_fmt(value)}"
+
+
 STEP_PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
 TIMELINE_LANES = ("forward", "delay", "backward", "wait", "update")
+# every phase in words, shared by the step-time breakdown and the timeline (the timeline's
+# "wait" is the breakdown's comm_wait: the training thread waiting for the collectives)
+PHASE_LABELS = {"data": "data loading", "forward": "forward pass", "delay": "injected delay",
+                "backward": "backward pass", "comm_wait": "waiting for communication",
+                "wait": "waiting for communication", "update": "weight update", "allreduce": "fused allreduce",
+                "negotiate": "negotiation (which tensors are ready)", "grad_ready": "gradient ready"}
 
 
 class FigureDataError(ValueError):
@@ -47,10 +66,12 @@ class StudyRuns:
     study: str
     runs: pd.DataFrame   # one row per finished run (query.RUN_COLUMNS)
     varying: tuple[str, ...]   # the axes that vary and are not implied by the others (see independent_axes)
+    planned: pd.DataFrame | None = None   # every run of the selection, whatever its state
+    grid: Grid | None = None              # holes in the sweep's grid, axes that move together
 
     def label(self, row, axes: Sequence[str] | None = None) -> str:
         axes = self.varying if axes is None else axes
-        parts = [f"{label_of(a)}={_fmt(row[a])}" for a in axes]
+        parts = [setting(a, row[a]) for a in axes]
         return ", ".join(parts) or "all runs"
 
     @property
@@ -72,23 +93,38 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def used(frame: pd.DataFrame, run_ids) -> pd.DataFrame:
+    """Tag a figure's table with the runs it rests on (the caption counts them; CSV leaves it out)."""
+    frame.attrs["run_ids"] = sorted({int(i) for i in run_ids})
+    return frame
+
+
 def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
-    """The study's ``done`` runs; a clear error when there are none to draw."""
-    every = query.runs(engine, study=study, columns=["run_id", "status"])
-    if every.empty:
-        known = sorted(set(query.status_counts(engine)["study"])) if not query.status_counts(engine).empty else []
+    """The study's ``done`` runs; a clear error when there are none to draw.
+
+    The varying axes come from every run the study planned (any state), not only the
+    finished ones: holes left by failed runs must not make one axis look determined by
+    another, or a figure against nodes would silently compare along workers per node."""
+    every = query.runs(engine, study=study, where=_as_list(where) or None)
+    if every.empty and not where:
+        counts = query.status_counts(engine)
+        known = sorted(set(counts["study"])) if not counts.empty else []
         raise FigureDataError(f"study {study!r} has no runs in this database"
                               + (f"; studies here: {', '.join(known)}" if known else ""))
-    runs = query.runs(engine, study=study, where=[*(_as_list(where)), "status=done"])
+    if every.empty and query.runs(engine, study=study, columns=["run_id"]).empty:
+        return load_study(engine, study)   # the study's own error, whatever the filter
+    runs = every[every["status"] == "done"].reset_index(drop=True)
     if runs.empty:
-        matching = query.runs(engine, study=study, where=_as_list(where), columns=["status"]) if where else every
-        states = matching["status"].value_counts().to_dict()
+        states = every["status"].value_counts().to_dict()
         scope = f" matching {', '.join(_as_list(where))}" if where else ""
         raise FigureDataError(f"study {study!r} has no finished runs{scope} to draw (runs by state: {states or 'none'})")
+    planned = compare.hashable(every)
     runs = compare.hashable(runs)
-    axes = [*CONFIG_AXES[:len(_NAMED_FIRST)], *(a for a in compare.config_axes(runs) if a not in _NAMED_FIRST)]
-    varying = [a for a in axes if runs[a].nunique(dropna=False) > 1]
-    return StudyRuns(study, runs, independent_axes(runs, varying))
+    axes = [*CONFIG_AXES[:len(_NAMED_FIRST)], *(a for a in compare.config_axes(planned) if a not in _NAMED_FIRST)]
+    varying = [a for a in axes if a in planned and planned[a].nunique(dropna=False) > 1]
+    kept = independent_axes(planned, varying)
+    grid = build_grid(planned, runs, kept, coupled_axes(planned, varying, kept))
+    return StudyRuns(study, runs, kept, planned, grid)
 
 
 def independent_axes(runs: pd.DataFrame, varying: Sequence[str]) -> tuple[str, ...]:
@@ -104,6 +140,19 @@ def independent_axes(runs: pd.DataFrame, varying: Sequence[str]) -> tuple[str, .
     return tuple(kept)
 
 
+def coupled_axes(runs: pd.DataFrame, varying: Sequence[str], kept: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Each dropped axis with the kept axes that determine it (one, where one does), so that
+    figures can say what else changes along their axis. threads_per_node equal to
+    workers_per_node in every run is the default (one thread per worker), not news."""
+    out = []
+    for axis in (a for a in varying if a not in kept):
+        if axis == "threads_per_node" and (runs["threads_per_node"] == runs["workers_per_node"]).all():
+            continue
+        single = [k for k in kept if (runs.groupby(k, dropna=False)[axis].nunique(dropna=False) <= 1).all()]
+        out.append((axis, (single[0],) if single else tuple(kept)))
+    return out
+
+
 def _as_list(where) -> list[str]:
     if not where:
         return []
@@ -113,21 +162,23 @@ def _as_list(where) -> list[str]:
 def throughput_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
     """Samples/s against one scaling axis, one series per setting of the other varying axes.
 
-    For ``nodes`` the ``ideal`` column is linear scaling from each series' smallest
-    node count (the reference line of a strong-scaling plot of throughput)."""
+    For the resource axes (nodes, workers per node, threads per node) the ``ideal`` column
+    is linear scaling from each series' smallest measured value (the reference line of a
+    strong-scaling plot of throughput)."""
     others = [a for a in sr.varying if a != axis]
     frame = sr.with_config(others).rename(columns={"config": "series"})
     stats = (frame.groupby(["series", axis], dropna=False)["throughput"]
              .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
     stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
-    if axis == "nodes":
-        # the smallest node count that has a measurement, taken as a whole row
-        measured = stats.dropna(subset=["throughput_mean"]).sort_values("nodes")
+    if axis in RESOURCE_AXES:
+        # the smallest value that has a measurement, taken as a whole row
+        measured = stats.dropna(subset=["throughput_mean"]).sort_values(axis)
         first = measured.drop_duplicates("series").set_index("series")
-        stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, "nodes"] if s in first.index
-                          else float("nan") for s, n in zip(stats["series"], stats["nodes"])]
-    return stats.sort_values(["series", axis], key=lambda col: col.map(str) if col.name == axis and
-                             col.map(type).nunique() > 1 else col).reset_index(drop=True)
+        stats["ideal"] = [first.loc[s, "throughput_mean"] * n / first.loc[s, axis] if s in first.index
+                          else float("nan") for s, n in zip(stats["series"], stats[axis])]
+    out = stats.sort_values(["series", axis], key=lambda col: col.map(str) if col.name == axis and
+                            col.map(type).nunique() > 1 else col).reset_index(drop=True)
+    return used(out, frame.loc[frame["throughput"].notna(), "run_id"])
 
 
 def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
@@ -150,7 +201,8 @@ def step_time_breakdown(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     out = pooled[list(STEP_PHASES)].div(pooled["records"], axis=0).reset_index()
     out["total"] = out[list(STEP_PHASES)].sum(axis=1)
     out["step_records"] = pooled["records"].to_numpy()
-    return out
+    out["runs"] = frame.groupby("config", sort=False)["run_id"].nunique().to_numpy()
+    return used(out, frame["run_id"])
 
 
 def step_stat_distribution(engine: Engine, sr: StudyRuns, column: str, scale: float = 1e3) -> pd.DataFrame:
@@ -162,7 +214,27 @@ def step_stat_distribution(engine: Engine, sr: StudyRuns, column: str, scale: fl
     frame = sr.with_config()[["run_id", "config"]].merge(stats[["run_id", "step", column]], on="run_id")
     frame = frame.dropna(subset=[column])
     frame["value"] = frame[column] * scale
-    return frame[["config", "run_id", "step", "value"]].reset_index(drop=True)
+    return used(frame[["config", "run_id", "step", "value"]].reset_index(drop=True), frame["run_id"])
+
+
+def collective_skew(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
+    """Arrival skew at every fused collective (ms): the spread across ranks of the moment
+    each rank had all of that buffer's gradients ready, one value per (run, step, buffer),
+    per configuration, ordered by node count (the straggler picture as ranks grow)."""
+    spread = (func.max(Event.arrival) - func.min(Event.arrival)).label("skew")
+    stmt = (select(Event.run_id, Event.step, Event.tensor, spread, func.count(Event.id).label("ranks"))
+            .where(Event.run_id.in_(sr.ids), Event.phase == "allreduce", Event.arrival.is_not(None))
+            .group_by(Event.run_id, Event.step, Event.tensor))
+    with engine.connect() as conn:
+        per = pd.DataFrame(conn.execute(stmt).all(), columns=["run_id", "step", "collective", "skew", "ranks"])
+    per = per[per["ranks"] > 1]
+    if per.empty:
+        return pd.DataFrame(columns=["config", "nodes", "run_id", "step", "collective", "value"])
+    runs = sr.with_config()[["run_id", "config", "nodes"]]
+    frame = runs.merge(per, on="run_id").sort_values(["nodes", "config", "run_id", "step"], kind="stable")
+    frame["value"] = frame["skew"].astype(float) * 1e3
+    out = frame[["config", "nodes", "run_id", "step", "collective", "value"]].reset_index(drop=True)
+    return used(out, out["run_id"])
 
 
 def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) -> int | None:
@@ -187,11 +259,17 @@ def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) 
     return int(candidates.sort_values(["fused", "world_size", "run_id"]).iloc[-1]["run_id"])
 
 
+def timeline_steps(engine: Engine, run_id: int) -> tuple[int | None, int | None]:
+    """The first and last step the run's timeline recorded (from the (run, step) index)."""
+    with engine.connect() as conn:
+        return tuple(conn.execute(select(func.min(Event.step), func.max(Event.step))
+                                  .where(Event.run_id == run_id)).one())
+
+
 def timeline_window(engine: Engine, run_id: int, steps: int = 2) -> pd.DataFrame:
     """Every rank's events over ``steps`` consecutive steps from the middle of the run, ms from the window's start."""
     # Read only the window (a long run holds millions of events): its steps come from the index.
-    with engine.connect() as conn:
-        lo, hi = conn.execute(select(func.min(Event.step), func.max(Event.step)).where(Event.run_id == run_id)).one()
+    lo, hi = timeline_steps(engine, run_id)
     if lo is None:
         return pd.DataFrame(columns=["rank", "step", "phase", "tensor", "start_ms", "end_ms", "bytes"])
     first = max(lo, (lo + hi) // 2 - steps // 2)
@@ -211,25 +289,31 @@ def throughput_by_algorithm(sr: StudyRuns) -> pd.DataFrame:
     stats = (frame.groupby(["setting", "algorithm"], sort=False)["throughput"]
              .agg(throughput_mean="mean", throughput_std="std", repeats="count").reset_index())
     stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
+    ids = frame.loc[frame["throughput"].notna(), "run_id"]
     try:
         speedups = compare.compare_runs(sr.runs, "algorithm=sync")
     except compare.CompareError:   # no sync run anywhere: bars without speedups
         stats["speedup_vs_sync"] = float("nan")
-        return stats
+        return used(stats, ids)
     speedups = speedups.assign(setting=[sr.label(row, others) for _, row in speedups.iterrows()])
-    return stats.merge(speedups[["setting", "algorithm", "speedup"]].rename(columns={"speedup": "speedup_vs_sync"}),
-                       on=["setting", "algorithm"], how="left")
+    out = stats.merge(speedups[["setting", "algorithm", "speedup"]].rename(columns={"speedup": "speedup_vs_sync"}),
+                      on=["setting", "algorithm"], how="left")
+    return used(out, ids)
 
 
 def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
-    """Top-1 after each epoch, per configuration: mean over repeats of accuracy and of wall time."""
+    """Top-1 after each epoch, per configuration: mean over repeats of accuracy and of wall time.
+    ``epochs_done`` counts epochs completed (the workload numbers epochs from 0), so a
+    one-epoch run sits at 1, not at an epoch "0" that reads as before training."""
     ids = sr.ids
     evals = query.evals(engine, ids)
     if evals.empty:
-        return pd.DataFrame(columns=["config", "epoch", "top1", "wall", "repeats"])
+        return pd.DataFrame(columns=["config", "epoch", "epochs_done", "top1", "wall", "repeats"])
     frame = sr.with_config()[["run_id", "config"]].merge(evals[["run_id", "epoch", "top1", "wall"]], on="run_id")
-    return (frame.groupby(["config", "epoch"], sort=False)
-            .agg(top1=("top1", "mean"), wall=("wall", "mean"), repeats=("run_id", "nunique")).reset_index())
+    out = (frame.groupby(["config", "epoch"], sort=False)
+           .agg(top1=("top1", "mean"), wall=("wall", "mean"), repeats=("run_id", "nunique")).reset_index())
+    out.insert(2, "epochs_done", out["epoch"] + 1)
+    return used(out, frame["run_id"])
 
 
 def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
@@ -252,7 +336,8 @@ def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     out = pooled[["fresh", "stale", "null"]].div(pooled["rounds"], axis=0)
     out["rounds"] = pooled["rounds"].astype(int)
     out["latency_ms"] = pooled["latency"] / pooled["rounds"] * 1e3
-    return out.reset_index()
+    out["runs"] = frame.groupby("config", sort=False)["run_id"].nunique()
+    return used(out.reset_index(), frame["run_id"])
 
 
 def metric_by_config(sr: StudyRuns, column: str) -> pd.DataFrame:
@@ -265,4 +350,4 @@ def metric_by_config(sr: StudyRuns, column: str) -> pd.DataFrame:
     stats = (frame.groupby("config", sort=False)[column]
              .agg(value_mean="mean", value_std="std", repeats="count").reset_index())
     stats["value_std"] = stats["value_std"].fillna(0.0)
-    return stats
+    return used(stats, frame["run_id"])

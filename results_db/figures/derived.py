@@ -1,0 +1,116 @@
+"""Tables that compare configurations with each other: scaling efficiency, speedup against
+the injected delay, time to a target accuracy.
+
+Kept apart from ``data.py`` (one measurement per table) because each of these needs
+a reference — the smallest resource setting, the synchronous algorithm, a target
+accuracy — and says which one it used in its columns, so the CSV beside a figure
+names its own baseline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from sqlalchemy import Engine
+
+from .. import compare, query
+from .data import RESOURCE_AXES, StudyRuns, throughput_vs, used
+
+RANK_AXES = ("nodes", "workers_per_node")
+
+
+def efficiency_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
+    """Scaling efficiency against one scaling axis (1 = linear scaling).
+
+    For a resource axis (nodes, workers per node, threads per node): each series'
+    throughput over linear scaling from its smallest measured value of that axis. For
+    ``batch_size``, which is no resource: at each per-worker batch size, each rank count's
+    throughput over linear scaling from the smallest rank count at that batch size —
+    how well scaling out works as the batch per worker grows."""
+    if axis in RESOURCE_AXES:
+        table = throughput_vs(sr, axis)
+        if table.empty:
+            return table
+        out = table.assign(efficiency=table["throughput_mean"] / table["ideal"],
+                           efficiency_std=table["throughput_std"] / table["ideal"])
+        return used(out, table.attrs.get("run_ids", []))
+    return _efficiency_vs_batch(sr)
+
+
+def _efficiency_vs_batch(sr: StudyRuns) -> pd.DataFrame:
+    ranks = [a for a in RANK_AXES if a in sr.varying]
+    if not ranks or "batch_size" not in sr.varying:
+        return pd.DataFrame()
+    others = [a for a in sr.varying if a not in (*RANK_AXES, "batch_size")]
+    frame = sr.runs[sr.runs["throughput"].notna()]
+    stats = (frame.groupby([*others, *ranks, "batch_size"], dropna=False)
+             .agg(throughput_mean=("throughput", "mean"), throughput_std=("throughput", "std"),
+                  repeats=("throughput", "count"), world_size=("world_size", "first")).reset_index())
+    stats["throughput_std"] = stats["throughput_std"].fillna(0.0)
+    rows = []
+    for _, group in stats.groupby([*others, "batch_size"], dropna=False, sort=False):
+        base = group.sort_values(["world_size", *ranks]).iloc[0]
+        for _, row in group.iterrows():
+            if row["world_size"] == base["world_size"]:
+                continue
+            ideal = base["throughput_mean"] * row["world_size"] / base["world_size"]
+            rows.append({"series": sr.label(row, [a for a in sr.varying if a != "batch_size"]),
+                         "batch_size": row["batch_size"],
+                         "world_size": int(row["world_size"]), "baseline_world_size": int(base["world_size"]),
+                         "throughput_mean": row["throughput_mean"], "throughput_std": row["throughput_std"],
+                         "repeats": int(row["repeats"]), "ideal": ideal,
+                         "efficiency": row["throughput_mean"] / ideal, "efficiency_std": row["throughput_std"] / ideal})
+    if not rows:
+        return pd.DataFrame()
+    return used(pd.DataFrame(rows).sort_values(["series", "batch_size"]).reset_index(drop=True),
+                frame["run_id"])
+
+
+def speedup_vs_delay(sr: StudyRuns) -> pd.DataFrame:
+    """Speedup over ``sync`` against the injected delay, one series per other algorithm
+    (and per setting of any other varying axis), from ``compare`` at each delay."""
+    if "imbalance_delay_ms" not in sr.varying or "algorithm" not in sr.varying:
+        return pd.DataFrame()
+    try:
+        table = compare.compare_runs(sr.runs, "algorithm=sync")
+    except compare.CompareError:
+        return pd.DataFrame()
+    others = [a for a in sr.varying if a not in ("algorithm", "imbalance_delay_ms")]
+    table = table.assign(series=[sr.label(row, ["algorithm", *others]) for _, row in table.iterrows()])
+    out = table[["series", "algorithm", "imbalance_delay_ms", "repeats", "throughput_mean",
+                 "baseline_throughput_mean", "speedup", "speedup_std"]]
+    out = out[out["algorithm"] != "sync"].sort_values(["series", "imbalance_delay_ms"]).reset_index(drop=True)
+    ids = sr.runs.loc[sr.runs["throughput"].notna() & sr.runs["imbalance_delay_ms"].isin(
+        out["imbalance_delay_ms"].tolist()), "run_id"]
+    return used(out, ids) if not out.empty else out
+
+
+def default_target(engine: Engine, sr: StudyRuns) -> float | None:
+    """The best top-1 every run reached (rounded down to 0.01): every configuration's time
+    to it is defined, and what differs is how fast they got there."""
+    evals = query.evals(engine, sr.ids)
+    if evals.empty or evals["top1"].notna().sum() == 0:
+        return None
+    best = evals.groupby("run_id")["top1"].max().min()
+    return math.floor(float(best) * 100) / 100
+
+
+def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:
+    """Per configuration: seconds (and epochs) until the first evaluation at or above
+    ``target`` top-1, mean ± std over the repeats that reached it; ``reached`` of ``runs``."""
+    target = default_target(engine, sr) if target is None else target
+    if target is None:
+        return pd.DataFrame()
+    evals = query.evals(engine, sr.ids)
+    ids = sorted(set(int(i) for i in evals["run_id"]))
+    per_run = query.time_to_accuracy(engine, ids, target)
+    frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
+    frame["epochs_done"] = pd.to_numeric(frame["epoch"], errors="coerce") + 1
+    out = (frame.groupby("config", sort=False)
+           .agg(seconds_mean=("seconds", "mean"), seconds_std=("seconds", "std"),
+                epochs_mean=("epochs_done", "mean"), reached=("seconds", "count"), runs=("run_id", "nunique"))
+           .reset_index())
+    out["seconds_std"] = out["seconds_std"].fillna(0.0)
+    out.insert(1, "target_top1", target)
+    return used(out, frame["run_id"])

@@ -1,0 +1,136 @@
+"""``build_report``: one study → one self-contained folder (``index.html``, ``figures/``, CSVs).
+
+The folder is what a person copies off a login node: the page links only to files
+inside it (images, PDFs, the CSV behind each figure and table), loads no script, font
+or style from anywhere else, and so opens from a laptop's disk with no network.
+Every choice (baseline, target, filters) is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+from sqlalchemy import Engine
+
+from .. import query
+from ..store import safe_url
+from ..figures import catalog, data
+from ..figures.notes import grid_notes, oversubscription_note
+from . import page, provenance, tables
+from .tables import ReportError
+
+FIGURE_FORMATS = ("png", "pdf")
+_MARKER = '<meta name="generator" content="scalestudy report">'
+
+
+@dataclass(frozen=True)
+class Report:
+    index: Path
+    figures: tuple[catalog.FigureResult, ...]
+    configurations: pd.DataFrame
+    failures: pd.DataFrame
+
+
+def _summary(planned: pd.DataFrame) -> str:
+    counts = planned["status"].value_counts()
+    parts = [f"{n} {state}" for state, n in counts.items()]
+    return f"{len(planned)} runs: " + ", ".join(parts) + "."
+
+
+def _check_out(out: Path) -> None:
+    """Write into an empty or missing folder, or over an earlier report; never over other files."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ReportError(f"--out {out}: exists and is not a folder")
+    index = out / "index.html"
+    if any(out.iterdir()) and not (index.is_file() and _MARKER in index.read_text(errors="replace")[:2000]):
+        raise ReportError(f"--out {out}: the folder holds files that are not a scalestudy report; "
+                          "choose an empty or new folder")
+
+
+def _where_text(where) -> str | None:
+    if not where:
+        return None
+    return ", ".join([where] if isinstance(where, str) else list(where))
+
+
+def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: str | None = None,
+                 target: float | None = None, where: str | Sequence[str] | None = None) -> Report:
+    """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect."""
+    out = Path(out)
+    _check_out(out)
+    if target is not None and not 0 < target <= 1:
+        raise ReportError(f"target {target!r}: a top-1 accuracy between 0 and 1 (e.g. 0.8)")
+    planned = query.runs(engine, study=study, where=where)
+    try:
+        sr = data.load_study(engine, study, where)
+    except data.FigureDataError as exc:
+        if planned.empty:
+            raise ReportError(str(exc)) from None
+        sr = None   # nothing finished: the page still says what was planned and why it failed
+    chosen = baseline
+    if sr is not None:
+        chosen = baseline or tables.default_baseline(sr)
+        if chosen:
+            tables.check_baseline(sr, chosen)
+    elif baseline:
+        raise ReportError(f"baseline {baseline}: study {study!r} has no finished run to compare against")
+
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    results: list[catalog.FigureResult] = []
+    configurations = pd.DataFrame()
+    notes: list[str] = []
+    if sr is not None:
+        results = catalog.render_study(engine, study, fig_dir, formats=FIGURE_FORMATS, target=target, runs=sr,
+                                       source=safe_url(db_url))
+        configurations = tables.configurations(engine, sr, chosen, target)
+        notes = grid_notes(sr)
+        over = oversubscription_note(sr, sr.ids)
+        notes += [over] if over else []
+        finished = configurations[configurations["status"] == "done"]
+        if chosen and finished["speedup"].isna().any():
+            notes.append(f"Speedup and efficiency are blank where a configuration has no finished baseline run "
+                         f"({page.baseline_words(chosen)}) with the same other settings.")
+        _atomic(out / "configurations.csv", lambda tmp: configurations.to_csv(tmp, index=False))
+    _remove_stale(fig_dir, results)
+    failures = tables.failures(planned, sr)
+    _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
+    axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
+    html = page.render(
+        out, study=study, summary=_summary(planned), where=_where_text(where), axes=axes, table=configurations,
+        varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
+        figures=[_figure_entry(r) for r in results if not r.skipped],
+        skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
+        failures=failures, provenance=provenance.collect(engine, study, db_url, where))
+    index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
+    return Report(index, tuple(results), configurations, failures)
+
+
+def _figure_entry(result: catalog.FigureResult) -> dict:
+    names = {p.suffix.lstrip("."): f"figures/{p.name}" for p in result.files}
+    return {"name": result.name, "title": result.title, "caption": result.caption, "notes": list(result.notes),
+            "png": names.get("png"), "pdf": names.get("pdf"), "csv": names.get("csv")}
+
+
+def _remove_stale(fig_dir: Path, results: list[catalog.FigureResult]) -> None:
+    """An earlier report's figures that this data no longer draws must not linger beside the new ones."""
+    keep = {p.name for r in results for p in r.files} | {"manifest.json"}
+    for path in fig_dir.iterdir():
+        if path.is_file() and path.name not in keep and path.suffix in (".png", ".pdf", ".csv", ".svg"):
+            path.unlink()
+
+
+def _atomic(path: Path, write) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["Report", "ReportError", "build_report"]

@@ -1,0 +1,112 @@
+"""``index.html``: the report's tables and figures as one page a person reads.
+
+Jinja2 renders ``report.html.j2`` with autoescaping on, so every value that came from
+a run (a parameter, an error message, a path) is text on the page, never markup. The
+page has no script and loads nothing from the network: its only resources are the
+images beside it. Numbers are formatted here and only here; each numeric cell also
+carries its unrounded value (``data-value``) for tools that read the page.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from ..figures.data import label_of, setting
+from .provenance import Provenance
+
+_ENV = Environment(loader=FileSystemLoader(Path(__file__).parent), autoescape=True, undefined=StrictUndefined,
+                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt(value, digits: int, scale: float = 1.0, unit: str = "") -> str:
+    """``value`` rounded for reading ("-" when there is none)."""
+    if _missing(value):
+        return "-"
+    return f"{float(value) * scale:.{digits}f}{unit}"
+
+
+def mean_std(mean, std, n, digits: int, scale: float = 1.0, unit: str = "") -> str:
+    """"mean ± std" over repeats; a single run has no spread to show."""
+    if _missing(mean):
+        return "-"
+    text = fmt(mean, digits, scale) + unit
+    if n is not None and not _missing(n) and int(n) > 1 and not _missing(std):
+        text += f" ± {fmt(std, digits, scale)}"
+    return text
+
+
+def _cell(col: str, text: str, value=None, numeric: bool = True) -> dict:
+    raw = None if _missing(value) else (repr(float(value)) if isinstance(value, (int, float)) else str(value))
+    return {"col": col, "text": text, "value": raw, "css": "num" if numeric else ""}
+
+
+def baseline_words(baseline: str) -> str:
+    """``workers_per_node=1`` as the page says it: "workers per node=1"."""
+    axis, _, value = baseline.partition("=")
+    return setting(axis.strip(), value.strip())
+
+
+def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> tuple[list[str], list[dict]]:
+    """The configuration table's header and rows, each cell with its text and raw value."""
+    has_tta = "tta_seconds_mean" in table
+    missing_any = (table["status"] != "done").any() if not table.empty else False
+    heads = [label_of(a) for a in axes] + ["ranks", "runs", "throughput (samples/s)"]
+    if baseline:
+        heads += [f"speedup vs {baseline_words(baseline)}", f"efficiency vs {baseline_words(baseline)}"]
+    heads += ["final top-1 accuracy"]
+    if has_tta:
+        heads += [f"seconds to top-1 ≥ {float(table['target_top1'].dropna().iloc[0]) * 100:.0f} %"
+                  if table["target_top1"].notna().any() else "seconds to target"]
+    if missing_any:
+        heads += ["state"]
+    rows = []
+    for row in table.to_dict("records"):
+        done = row["status"] == "done"
+        cells = [_cell(a, "-" if _missing(row.get(a)) else str(row.get(a)), None, numeric=False) for a in axes]
+        cells.append(_cell("ranks", fmt(row.get("world_size"), 0), row.get("world_size")))
+        cells.append(_cell("runs", str(int(row["runs"])), row["runs"]))
+        cells.append(_cell("throughput", mean_std(row.get("throughput_mean"), row.get("throughput_std"),
+                                                  row.get("throughput_n"), 1), row.get("throughput_mean")))
+        if baseline:
+            cells.append(_cell("speedup", mean_std(row.get("speedup"), row.get("speedup_std"),
+                                                   row.get("throughput_n"), 3) if done else "-", row.get("speedup")))
+            cells.append(_cell("efficiency", fmt(row.get("efficiency"), 3), row.get("efficiency")))
+        cells.append(_cell("final_top1", mean_std(row.get("top1_mean"), row.get("top1_std"), row.get("runs"), 1,
+                                                  scale=100, unit=" %"), row.get("top1_mean")))
+        if has_tta:
+            text = mean_std(row.get("tta_seconds_mean"), row.get("tta_seconds_std"), row.get("tta_reached"), 1,
+                            unit=" s")
+            reached, runs = row.get("tta_reached"), row.get("runs")
+            if done and not _missing(reached) and int(reached) < int(runs):
+                text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {int(runs)} runs)"
+            cells.append(_cell("time_to_target", text, row.get("tta_seconds_mean")))
+        if missing_any:
+            cells.append(_cell("state", row["status"], None, numeric=False))
+        rows.append({"config": row["config"], "cells": cells, "css": "" if done else "missing"})
+    return heads, rows
+
+
+def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.DataFrame, table: pd.DataFrame,
+           varying: list[str], baseline: str | None, table_notes: list[str], figures: list[dict],
+           skipped: list[dict], failures: pd.DataFrame, provenance: Provenance) -> str:
+    heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
+    legend = ("Throughput, speedup and accuracy are the mean ± standard deviation over a configuration's "
+              "repeats (runs that differ only in seed or repeat index). Efficiency is speedup × baseline ranks "
+              "÷ ranks.") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
+                                            "configuration's repeats. No axis to compare against was swept.")
+    rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]
+    axes_rows = [r for r in rows_ if r["role"] != "fixed"]
+    fixed = [r for r in rows_ if r["role"] == "fixed"]
+    return _ENV.get_template("report.html.j2").render(
+        study=study, summary=summary, where=where, axes=axes_rows, fixed=fixed, table_notes=table_notes,
+        config_heads=heads,
+        configurations=rows, config_legend=legend, figures=figures, skipped=skipped,
+        failures=failures.to_dict("records"), provenance=provenance)

@@ -1,0 +1,215 @@
+"""`scalestudy report`: the page's tables against hand computations, partial grids said
+in words, escaping, the masked password, the notes on oversubscribed figures, bad input."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pandas as pd
+import pytest
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from orchestrator.cli import main
+from results_db import connect
+from results_db.figures import data as fd
+from results_db.figures import render_study
+from results_db.report import ReportError, build_report
+from results_db.runs import PlannedRun, mark_failed, register_runs
+from results_db.schema import Eval, Run
+from workloads.spec import RunSpec
+
+PASSWORD = "s3cret-Pw"
+SHOWN_URL = f"postgresql+psycopg://analyst:{PASSWORD}@db.example/results"
+
+
+def add_runs(engine, study: str, rows: list[dict]) -> list[int]:
+    """Register runs through the real API, then give each its state and measurements.
+
+    A row: spec fields, plus ``status``, ``throughput``, ``final_top1``, ``evals`` [(epoch, wall, top1)],
+    ``error``, ``cpus`` (the recorded host cores)."""
+    plans = []
+    for i, row in enumerate(rows):
+        spec = RunSpec(study=study, **{k: v for k, v in row.items() if k in RunSpec.__dataclass_fields__})
+        prov = {"git_commit": "c0ffee" * 6 + "abcd", "git_dirty": True,
+                "environment": {"scalestudy": "0.1.0", "torch": "2.13.0", "login_host": "login1",
+                                **({"cpus": row["cpus"]} if "cpus" in row else {})}}
+        plans.append(PlannedRun(f"{study}-{i}", spec.to_dict(), f"/runs/{study}/{i}", prov))
+    ids = [d.run_id for d in register_runs(engine, study, plans)]
+    with Session(engine) as s, s.begin():
+        for run_id, row in zip(ids, rows):
+            if row.get("status", "done") == "done":
+                s.execute(update(Run).where(Run.id == run_id).values(
+                    status="done", throughput=row.get("throughput"), final_top1=row.get("final_top1"),
+                    hosts="n1", job_id=row.get("job_id"),
+                    versions={"torch": "2.13.0", "mpi4py": "4.1.1", "mpi_library": "MPICH Version: 5.0.0"}))
+                for epoch, wall, top1 in row.get("evals", []):
+                    s.add(Eval(run_id=run_id, epoch=epoch, wall=wall, top1=top1, loss=1.0, samples_seen=10))
+    for run_id, row in zip(ids, rows):
+        if row.get("status", "done") != "done":
+            mark_failed(engine, run_id, row.get("error", ""), status=row["status"])
+    return ids
+
+
+# (algorithm, nodes, seed) -> (samples/s, final top-1, evals)
+MEASURED = {
+    ("sync", 1, 0): (100.0, 0.50, [(0, 10.0, 0.40), (1, 20.0, 0.50)]),
+    ("sync", 1, 1): (110.0, 0.54, [(0, 11.0, 0.45), (1, 22.0, 0.54)]),
+    ("sync", 2, 0): (180.0, 0.52, [(0, 6.0, 0.42), (1, 12.0, 0.52)]),
+    ("sync", 2, 1): (200.0, 0.56, [(0, 7.0, 0.38), (1, 14.0, 0.56)]),
+    ("eager_solo", 1, 0): (150.0, 0.48, [(0, 8.0, 0.41), (1, 16.0, 0.48)]),
+    ("eager_solo", 1, 1): (154.0, 0.46, [(0, 9.0, 0.36), (1, 18.0, 0.46)]),
+}
+
+
+@pytest.fixture
+def engine(db_url):
+    engine = connect(db_url)
+    rows = [{"site": "local_slurm", "nodes": n, "workers_per_node": 1, "threads_per_node": 1, "algorithm": a,
+             "seed": seed, "throughput": thr, "final_top1": top1, "evals": evals, "job_id": f"{1000 + len(a) + n}"}
+            for (a, n, seed), (thr, top1, evals) in MEASURED.items()]
+    rows.append({"site": "local_slurm", "nodes": 2, "workers_per_node": 1, "threads_per_node": 1,
+                 "algorithm": "eager_solo", "status": "failed",
+                 "error": "rank 1: RuntimeError: <script>alert('x')</script> ran out of luck"})
+    rows.append({"site": "local_slurm", "nodes": 2, "workers_per_node": 1, "threads_per_node": 1,
+                 "algorithm": "eager_solo", "seed": 1, "status": "timeout", "error": "stopped at run_timeout=60 s"})
+    add_runs(engine, "rep", rows)
+    yield engine
+    engine.dispose()
+
+
+def test_configuration_table_against_hand_computation(engine, tmp_path):
+    report = build_report(engine, "rep", tmp_path / "r", SHOWN_URL, target=0.45)
+    table = report.configurations.set_index("config")
+    sync2 = table.loc["algorithm=sync, nodes=2"]
+    assert sync2["throughput_mean"] == 190.0 and sync2["runs"] == 2
+    assert sync2["throughput_std"] == pytest.approx(statistics.stdev([180.0, 200.0]))
+    # default baseline: the smallest node count, per algorithm; efficiency = speedup x 1 rank / 2 ranks
+    assert sync2["speedup"] == pytest.approx(190.0 / 105.0) and sync2["efficiency"] == pytest.approx(190.0 / 210.0)
+    assert sync2["top1_mean"] == pytest.approx(0.54)
+    # time to 45 %: seed 0 reaches it after epoch 1 (12 s), seed 1 after epoch 1 (14 s)
+    assert sync2["tta_seconds_mean"] == pytest.approx(13.0) and sync2["tta_reached"] == 2
+    assert table.loc["algorithm=sync, nodes=1", "tta_seconds_mean"] == pytest.approx((20.0 + 11.0) / 2)
+    # the eager_solo 2-node cell has a failed and a timed-out run and no finished one: a row saying so
+    hole = table.loc["algorithm=eager_solo, nodes=2"]
+    assert hole["status"] == "no finished run: failed, timeout" and hole["runs"] == 0
+    html = report.index.read_text()
+    assert "190.0 ± 14.1" in html and "1.810 ± 0.135" in html and "0.905" in html   # as a person reads them
+    assert "no finished run: failed, timeout" in html
+    # every figure on the page exists beside it, with its CSV and PDF linked
+    for src in re.findall(r'src="([^"]+)"', html):
+        assert (report.index.parent / src).is_file()
+    for link in re.findall(r'href="(figures/[^"]+)"', html):
+        assert (report.index.parent / link).is_file()
+    assert 'href="figures/throughput_by_algorithm.pdf"' in html and 'href="figures/throughput_by_algorithm.csv"' in html
+    assert pd.read_csv(report.index.parent / "configurations.csv").shape[0] == 4
+
+
+def test_failures_provenance_escaping_and_masked_password(engine, tmp_path):
+    report = build_report(engine, "rep", tmp_path / "r", SHOWN_URL)
+    html = report.index.read_text()
+    assert set(report.failures["status"]) == {"failed", "timeout"}
+    assert "stopped at run_timeout=60 s" in html
+    # a run's text is text on the page, never markup
+    assert "<script>" not in html and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+    # the database is named, its password never (page, CSVs, figure manifest)
+    assert "postgresql+psycopg://analyst:***@db.example/results" in html
+    for path in (tmp_path / "r").rglob("*"):
+        if path.is_file() and path.suffix in (".html", ".csv", ".json"):
+            assert PASSWORD not in path.read_text(errors="replace"), path
+    # provenance: commit and dirty flag, versions on both sides, MPI library, site, batch jobs
+    for text in ("c0ffee" * 6 + "abcd", "dirty", "MPICH Version: 5.0.0", "local_slurm", "1005", "2.13.0",
+                 "mpi4py", "login1"):
+        assert text in html, text
+    # self-contained: nothing is loaded from anywhere but the folder
+    assert not re.search(r'(src|href)="(https?:)?//', html) and "<script" not in html and "@import" not in html
+
+
+def test_baseline_is_the_users_choice_and_bad_choices_are_one_line(engine, tmp_path):
+    report = build_report(engine, "rep", tmp_path / "r", SHOWN_URL, baseline="algorithm=sync")
+    row = report.configurations.set_index("config").loc["algorithm=eager_solo, nodes=1"]
+    assert row["speedup"] == pytest.approx(152.0 / 105.0) and row["efficiency"] == pytest.approx(152.0 / 105.0)
+    assert "speedup vs algorithm=sync" in report.index.read_text()
+    assert "speedup vs nodes=1" in build_report(engine, "rep", tmp_path / "r", SHOWN_URL).index.read_text()
+    out = tmp_path / "never"
+    for kwargs, words in [
+        ({"baseline": "nodes=3"}, r"baseline nodes=3: no finished run of study 'rep' has nodes=3 \(finished runs "
+                                  r"have nodes = 1, 2\)"),
+        ({"baseline": "nodez=1"}, "baseline axis 'nodez' is not a sweep axis"),
+        ({"target": 1.5}, "target 1.5: a top-1 accuracy between 0 and 1"),
+    ]:
+        with pytest.raises(ReportError, match=words):
+            build_report(engine, "rep", out, SHOWN_URL, **kwargs)
+    with pytest.raises(ReportError, match="study 'nope' has no runs in this database; studies here: rep"):
+        build_report(engine, "nope", out, SHOWN_URL)
+    assert not out.exists()
+    (out / "mine").mkdir(parents=True)
+    with pytest.raises(ReportError, match="holds files that are not a scalestudy report"):
+        build_report(engine, "rep", out, SHOWN_URL)
+
+
+def test_cli_report_errors_name_the_field_and_value(engine, tmp_path, capsys, monkeypatch):
+    url = engine.url.render_as_string(hide_password=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--study", "rep", "--baseline", "algorithm=ddp", "--db", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("scalestudy: error: baseline algorithm=ddp: no finished run")
+    assert main(["report", "--study", "rep", "--db", url]) == 0
+    assert (tmp_path / "reports" / "rep" / "index.html").is_file()
+
+
+GRID = [(1, 1, "done", 100.0), (1, 2, "failed", None), (2, 1, "failed", None), (2, 2, "done", 360.0)]
+
+
+def test_a_partial_grid_is_said_not_compared_along_another_axis(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'grid.db'}")
+    add_runs(engine, "grid", [{"site": "local", "nodes": n, "workers_per_node": w, "threads_per_node": w,
+                               "status": st, "throughput": thr, "error": "boom", "cpus": 16}
+                              for n, w, st, thr in GRID])
+    sr = fd.load_study(engine, "grid")
+    # the finished runs alone would make workers per node look determined by nodes, and a line
+    # against nodes would compare (1 node, 1 worker) with (2 nodes, 2 workers) under the name "nodes"
+    assert fd.independent_axes(sr.runs, ["nodes", "workers_per_node"]) == ("nodes",)
+    assert sr.varying == ("nodes", "workers_per_node")
+    table = fd.throughput_vs(sr, "nodes")
+    assert table.groupby("series").size().max() == 1          # no line joins configurations of different wpn
+    out = tmp_path / "fig"
+    results = {r.name: r for r in render_study(engine, "grid", out, formats=("svg",))}
+    note = results["throughput_vs_nodes"].notes[0]
+    assert note.startswith("Partial grid: 2 of 4 configurations have no finished run")
+    assert "nodes=1, workers per node=2 (failed)" in note and "nodes=2, workers per node=1 (failed)" in note
+    assert "Partial grid: 2 of 4 configurations" in (out / "throughput_vs_nodes.svg").read_text()
+    report = build_report(engine, "grid", tmp_path / "r", f"sqlite:///{tmp_path / 'grid.db'}")
+    states = report.configurations.set_index("config")["status"]
+    assert states["nodes=1, workers per node=2"] == "no finished run: failed"
+    html = report.index.read_text()
+    assert "Partial grid: 2 of 4 configurations have no finished run" in html
+    assert html.count('class="missing"') == 2
+
+
+def test_figures_of_oversubscribed_local_runs_say_so(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'over.db'}")
+    add_runs(engine, "over", [{"site": "local", "nodes": n, "workers_per_node": 2, "threads_per_node": 2,
+                               "throughput": 50.0 * n, "cpus": 2} for n in (1, 2)])
+    results = {r.name: r for r in render_study(engine, "over", tmp_path / "fig", formats=("svg",))}
+    [note] = results["throughput_vs_nodes"].notes
+    assert note.startswith("1 of these 2 runs ran on site=local with up to 4 ranks and 4 threads on a host with 2 cores")
+    assert "oversubscribe" in (tmp_path / "fig" / "throughput_vs_nodes.svg").read_text()
+    # the same runs on a host with enough cores carry no note
+    engine2 = connect(f"sqlite:///{tmp_path / 'fine.db'}")
+    add_runs(engine2, "fine", [{"site": "local", "nodes": n, "workers_per_node": 2, "threads_per_node": 2,
+                                "throughput": 50.0 * n, "cpus": 8} for n in (1, 2)])
+    assert all(not r.notes for r in render_study(engine2, "fine", tmp_path / "fig2", formats=("svg",)))
+
+
+def test_a_study_with_no_finished_run_still_reports_its_failures(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'bad.db'}")
+    add_runs(engine, "bad", [{"site": "local", "nodes": n, "status": "failed", "error": f"node {n} said no"}
+                             for n in (1, 2)])
+    report = build_report(engine, "bad", tmp_path / "r", f"sqlite:///{tmp_path / 'bad.db'}")
+    html = report.index.read_text()
+    assert "2 runs: 2 failed." in html and "No run of this study finished" in html
+    assert "node 1 said no" in html and "node 2 said no" in html and not report.figures
+    with pytest.raises(ReportError, match="baseline nodes=1: study 'bad' has no finished run"):
+        build_report(engine, "bad", tmp_path / "r", "sqlite://", baseline="nodes=1")
