@@ -103,7 +103,8 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     """Per configuration: the metric (mean ± std over repeats), the baseline's, speedup and efficiency.
 
     Efficiency is speedup per unit of resources: speedup x baseline ranks / ranks (equal
-    to the speedup when the baseline axis does not change the rank count, e.g. algorithm).
+    to the speedup when the baseline axis does not change the rank count, e.g. algorithm);
+    against a threads_per_node baseline, per thread: x baseline threads / threads.
     """
     axis, _ = parse_baseline(baseline)
     runs = query.runs(engine, study=study, where=where)
@@ -119,7 +120,7 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
 
 
 def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
-                 ignore: Sequence[str] = ()) -> pd.DataFrame:
+                 ignore: Sequence[str] = (), value: object = None) -> pd.DataFrame:
     """``compare`` on runs already read (one row per finished run), keeping every axis column.
 
     ``ignore``: axes that move with the others (threads_per_node left at one per worker moves
@@ -137,17 +138,23 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
         raise CompareError(f"metric {metric!r} is not a numeric run column")
     keys = [a for a in config_axes(runs) if a != axis]
     match = [k for k in keys if k not in ignore]
+    # efficiency divides the speedup by the growth of what the axis adds: ranks, or threads
+    # when the baseline is a thread count (threads change no world size)
+    runs = runs.assign(_resources=runs["nodes"] * runs["threads_per_node"]
+                       if axis == "threads_per_node" and {"nodes", "threads_per_node"} <= set(runs.columns)
+                       else runs["world_size"])
     per_config = (runs.groupby([*keys, axis], dropna=False)
                   .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
-                       world_size=("world_size", "first"))
+                       world_size=("world_size", "first"), _resources=("_resources", "first"))
                   .reset_index())
-    base = per_config[per_config[axis] == value][[*match, "mean", "world_size"]]
+    base = per_config[per_config[axis] == value][[*match, "mean", "_resources"]]
     if base.empty:
         raise CompareError(f"no finished runs with {axis}={value!r} to compare against")
-    base = base.rename(columns={"mean": "baseline_mean", "world_size": "baseline_world_size"})
+    base = base.rename(columns={"mean": "baseline_mean", "_resources": "_baseline_resources"})
     out = per_config.merge(base, on=match, how="inner")
     out["speedup"] = out["mean"] / out["baseline_mean"]
     out["speedup_std"] = out["std"] / out["baseline_mean"]
-    out["efficiency"] = out["speedup"] * out["baseline_world_size"] / out["world_size"]
+    out["efficiency"] = out["speedup"] * out["_baseline_resources"] / out["_resources"]
+    out = out.drop(columns=["_resources", "_baseline_resources"])
     return out.rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
                                "baseline_mean": f"baseline_{metric}_mean"})

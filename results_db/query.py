@@ -253,7 +253,7 @@ def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> p
                      "seconds": float(first["wall"]) if first is not None else float("nan"),
                      "epoch": int(first["epoch"]) if first is not None else None,
                      "samples": int(first["samples_seen"]) if first is not None else None})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["run_id", "target", "seconds", "epoch", "samples"])
 
 
 def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:

@@ -27,10 +27,18 @@ def resolve_db_url(url: str | None = None) -> str:
     return f"sqlite:///{Path.cwd() / DEFAULT_DB_FILE}"
 
 
+_SECRET_QUERY_KEYS = ("password", "sslpassword", "passfile")
+
+
 def safe_url(url: str) -> str:
-    """The URL as it may appear in messages: never with its password."""
+    """The URL as it may appear in messages: never with its password, whether it sits in
+    ``user:password@`` or in the query string (libpq's ``?password=``)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        secret = {k: "***" for k in parsed.query if k.lower() in _SECRET_QUERY_KEYS}
+        if secret:
+            parsed = parsed.update_query_dict(secret)
+        return parsed.render_as_string(hide_password=True)
     except Exception:  # not even a URL: show nothing of it
         return "(unparseable database URL)"
 
@@ -38,10 +46,17 @@ def safe_url(url: str) -> str:
 def scrub(text: str, url: str | None) -> str:
     """``text`` with the URL's password (if any) masked, wherever it appears."""
     try:
-        password = make_url(url).password if url else None
+        parsed = make_url(url) if url else None
     except Exception:
-        password = None
-    return text.replace(str(password), "***") if password else text
+        parsed = None
+    if parsed is None:
+        return text
+    secrets = [parsed.password] + [parsed.query[k] for k in parsed.query if k.lower() in _SECRET_QUERY_KEYS]
+    for secret in secrets:
+        for value in ([secret] if isinstance(secret, str) else list(secret or ())):
+            if value:
+                text = text.replace(str(value), "***")
+    return text
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - exercised through connect()

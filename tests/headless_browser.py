@@ -58,14 +58,20 @@ class Chromium:
                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                    (os.POSIX_SPAWN_DUP2, to_child_r, 3), (os.POSIX_SPAWN_DUP2, from_child_w, 4)]
-        self.pid = os.posix_spawn(binary, args, os.environ, file_actions=actions)
+        # its own process group: close() can kill the renderers and the zygote with it
+        self.pid = os.posix_spawn(binary, args, os.environ, file_actions=actions, setpgroup=0)
+        self._group = self.pid
         os.close(to_child_r)
         os.close(from_child_w)
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        try:
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        except BaseException:   # no __exit__ will run: leave no browser, pipe or profile behind
+            self.close()
+            raise
 
     def call(self, method: str, session: str | None = None, timeout: float = 60.0, **params) -> dict:
         """Send one command and wait for its reply; events that arrive meanwhile are kept."""
@@ -159,6 +165,10 @@ class Chromium:
         else:
             os.kill(self.pid, 9)
             os.waitpid(self.pid, 0)
+        try:
+            os.killpg(self._group, 9)   # whatever of the group outlived the browser process
+        except OSError:
+            pass
         for fd in (self._to_child, self._from_child):
             try:
                 os.close(fd)

@@ -118,6 +118,13 @@ def test_failures_provenance_escaping_and_masked_password(engine, tmp_path):
     for path in (tmp_path / "r").rglob("*"):
         if path.is_file() and path.suffix in (".html", ".csv", ".json"):
             assert PASSWORD not in path.read_text(errors="replace"), path
+    # libpq's other spelling: the password in the query string
+    in_query = build_report(engine, "rep", tmp_path / "q", f"postgresql+psycopg://analyst@db.example/results"
+                                                          f"?password={PASSWORD}&sslmode=require")
+    for path in (tmp_path / "q").rglob("*"):
+        if path.is_file() and path.suffix in (".html", ".csv", ".json"):
+            assert PASSWORD not in path.read_text(errors="replace"), path
+    assert "sslmode=require" in in_query.index.read_text()
     # provenance: commit and dirty flag, versions on both sides, MPI library, site, batch jobs
     for text in ("c0ffee" * 6 + "abcd", "dirty", "MPICH Version: 5.0.0", "local_slurm", "1005", "2.13.0",
                  "mpi4py", "login1"):
@@ -213,3 +220,34 @@ def test_a_study_with_no_finished_run_still_reports_its_failures(tmp_path):
     assert "node 1 said no" in html and "node 2 said no" in html and not report.figures
     with pytest.raises(ReportError, match="baseline nodes=1: study 'bad' has no finished run"):
         build_report(engine, "bad", tmp_path / "r", "sqlite://", baseline="nodes=1")
+
+
+def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
+    """A target on a study without evaluations, a float parameter sweep with a failed run, a
+    parameter set on some runs only, and efficiency against a threads-per-node baseline."""
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    add_runs(engine, "p", [{"site": "local", "nodes": 1, "threads_per_node": t, "params": {"scale": s},
+                            "status": st, "throughput": thr, "error": "boom"}
+                           for t, s, st, thr in [(1, 1.0, "done", 100.0), (1, 1.5, "failed", None),
+                                                 (1, 2.0, "done", 120.0), (2, 1.0, "done", 160.0),
+                                                 (2, 1.5, "done", 170.0), (2, 2.0, "done", 180.0)]])
+    # no run has evaluations: a target gives blanks, not a crash
+    report = build_report(engine, "p", tmp_path / "out", "sqlite:///r.db", target=0.5,
+                          baseline="threads_per_node=1")
+    table = report.configurations.set_index("config")
+    # the failed params.scale=1.5 cell is the one hole (3 x 2 cells, 5 finished), not 3 phantom ones
+    holes = table[table["status"] != "done"]
+    assert len(holes) == 1 and "1.5" in holes.index[0] and "threads" in holes.index[0]
+    # per thread: 2 threads give 1.6x at scale 1.0, so efficiency 0.8 (not the speedup, 1.6)
+    row = table.loc[[c for c in table.index if "scale=1.0" in c and "per node=2" in c][0]]
+    assert row["speedup"] == pytest.approx(1.6) and row["efficiency"] == pytest.approx(0.8)
+    # a run stopped half-way leaves a folder the next report may replace
+    (tmp_path / "out" / "index.html").unlink()
+    assert build_report(engine, "p", tmp_path / "out", "sqlite:///r.db").index.is_file()
+    # a parameter present on some runs only: one "unset" value, not one per run
+    from results_db.figures.grid import build_grid
+    import pandas as pd
+    planned = pd.DataFrame({"nodes": [1, 1, 2, 2, 1, 2], "params.x": [None, 5, None, 5, float("nan"), float("nan")],
+                            "status": ["done"] * 6})
+    grid = build_grid(planned, planned, ["nodes", "params.x"])
+    assert (grid.cells, grid.finished) == (4, 4)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+from contextlib import closing
 
 import pytest
 from PIL import Image, ImageStat
@@ -62,7 +63,7 @@ def test_the_page_loads_whole_in_a_real_browser(report):
     assert visit.console_errors == [] and visit.failed_loads == []
     # no network: every request is a file inside the report's folder
     folder = file_url(index.parent)
-    assert visit.requested and all(url.startswith(folder) for url in visit.requested), visit.requested
+    assert visit.requested and all(url.startswith(folder + "/") for url in visit.requested), visit.requested
     # every figure drawn is on the page, and every image loaded
     drawn = {p.stem for p in (report / "report" / "figures").glob("*.png")}
     assert len(drawn) >= 8 and {"timeline", "throughput_vs_workers_per_node", "accuracy_vs_epoch"} <= drawn
@@ -75,13 +76,13 @@ def test_the_page_loads_whole_in_a_real_browser(report):
         assert ImageStat.Stat(gray).stddev[0] > 20 and len(gray.getcolors(1 << 16) or []) > 50
     # the failed runs, with their reasons, as text
     assert len(failures) == 2 and all("deliberate <failure> & stop for the report test" in f for f in failures)
-    db = sqlite3.connect(report / "scalestudy.db")
-    commit, = db.execute("SELECT DISTINCT git_commit FROM runs").fetchone()
+    with closing(sqlite3.connect(report / "scalestudy.db")) as db:
+        commit, = db.execute("SELECT DISTINCT git_commit FROM runs").fetchone()
+        sql = {w: (n, thr, top1) for w, n, thr, top1 in db.execute(
+            "SELECT workers_per_node, COUNT(*), AVG(throughput), AVG(final_top1) FROM runs "
+            "WHERE status = 'done' AND latest GROUP BY workers_per_node")}
     assert commit and commit in provenance and "MPICH" in provenance
-    # the table against an independent query of the database
-    sql = {w: (n, thr, top1) for w, n, thr, top1 in db.execute(
-        "SELECT workers_per_node, COUNT(*), AVG(throughput), AVG(final_top1) FROM runs "
-        "WHERE status = 'done' AND latest GROUP BY workers_per_node")}
+    # the table against the independent query of the database above
     shown = {int(r["cells"]["workers_per_node"]): r["cells"] for r in rows if not r["missing"]}
     assert set(shown) == set(sql) == {1, 2}
     for w, (n, thr, top1) in sql.items():

@@ -118,8 +118,10 @@ def load_study(engine: Engine, study: str, where=None) -> StudyRuns:
         states = every["status"].value_counts().to_dict()
         scope = f" matching {', '.join(_as_list(where))}" if where else ""
         raise FigureDataError(f"study {study!r} has no finished runs{scope} to draw (runs by state: {states or 'none'})")
+    # one conversion for both, so a parameter reads the same in the planned and the finished runs
+    # (hashable() turns a mixed-type parameter into JSON text only where the types are mixed)
     planned = compare.hashable(every)
-    runs = compare.hashable(runs)
+    runs = planned[planned["status"] == "done"].reset_index(drop=True)
     axes = [*CONFIG_AXES[:len(_NAMED_FIRST)], *(a for a in compare.config_axes(planned) if a not in _NAMED_FIRST)]
     varying = [a for a in axes if a in planned and planned[a].nunique(dropna=False) > 1]
     kept = independent_axes(planned, varying)

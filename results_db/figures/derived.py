@@ -93,7 +93,7 @@ def default_target(engine: Engine, sr: StudyRuns) -> float | None:
     if evals.empty or evals["top1"].notna().sum() == 0:
         return None
     best = evals.groupby("run_id")["top1"].max().min()
-    return math.floor(float(best) * 100) / 100
+    return math.floor(round(float(best) * 100, 6)) / 100   # 0.29 * 100 = 28.999999999999996
 
 
 def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:
@@ -103,6 +103,8 @@ def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None)
     if target is None:
         return pd.DataFrame()
     evals = query.evals(engine, sr.ids)
+    if evals.empty:
+        return pd.DataFrame()   # no run evaluated: nothing reached any target
     ids = sorted(set(int(i) for i in evals["run_id"]))
     per_run = query.time_to_accuracy(engine, ids, target)
     frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")

@@ -66,7 +66,7 @@ def build_grid(planned: pd.DataFrame, done: pd.DataFrame, axes: Sequence[str],
     axes = tuple(axes)
     if not axes:
         return Grid(axes, 1, int(not done.empty), (), tuple(coupled))
-    values = {a: list(dict.fromkeys(planned[a].tolist())) for a in axes}
+    values = {a: list(dict.fromkeys(_norm(v) for v in planned[a])) for a in axes}   # NaN != NaN: one None
     finished = {_key(row, axes) for _, row in done.iterrows()}
     states: dict[tuple, list[str]] = {}
     for _, row in planned.iterrows():

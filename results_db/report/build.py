@@ -25,6 +25,7 @@ from .tables import ReportError
 
 FIGURE_FORMATS = ("png", "pdf")
 _MARKER = '<meta name="generator" content="scalestudy report">'
+_MARKER_FILE = ".scalestudy-report"   # written first: a build stopped half-way is still ours to replace
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ def _check_out(out: Path) -> None:
     if not out.is_dir():
         raise ReportError(f"--out {out}: exists and is not a folder")
     index = out / "index.html"
-    if any(out.iterdir()) and not (index.is_file() and _MARKER in index.read_text(errors="replace")[:2000]):
+    ours = (out / _MARKER_FILE).is_file() or (index.is_file() and _MARKER in index.read_text(errors="replace")[:2000])
+    if any(out.iterdir()) and not ours:
         raise ReportError(f"--out {out}: the folder holds files that are not a scalestudy report; "
                           "choose an empty or new folder")
 
@@ -81,14 +83,10 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     elif baseline:
         raise ReportError(f"baseline {baseline}: study {study!r} has no finished run to compare against")
 
-    fig_dir = out / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    results: list[catalog.FigureResult] = []
+    # everything that can refuse the input is computed before the first file is written
     configurations = pd.DataFrame()
     notes: list[str] = []
     if sr is not None:
-        results = catalog.render_study(engine, study, fig_dir, formats=FIGURE_FORMATS, target=target, runs=sr,
-                                       source=safe_url(db_url))
         configurations = tables.configurations(engine, sr, chosen, target)
         notes = grid_notes(sr)
         over = oversubscription_note(sr, sr.ids)
@@ -97,9 +95,21 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
         if chosen and finished["speedup"].isna().any():
             notes.append(f"Speedup and efficiency are blank where a configuration has no finished baseline run "
                          f"({page.baseline_words(chosen)}) with the same other settings.")
-        _atomic(out / "configurations.csv", lambda tmp: configurations.to_csv(tmp, index=False))
-    _remove_stale(fig_dir, results)
     failures = tables.failures(planned, sr)
+    prov = provenance.collect(engine, study, db_url, where)
+
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    (out / _MARKER_FILE).touch()
+    results: list[catalog.FigureResult] = []
+    if sr is not None:
+        results = catalog.render_study(engine, study, fig_dir, formats=FIGURE_FORMATS, target=target, runs=sr,
+                                       source=safe_url(db_url))
+        _atomic(out / "configurations.csv", lambda tmp: configurations.to_csv(tmp, index=False))
+    else:   # nothing finished: an earlier report's tables and manifest must not linger
+        for stale in (out / "configurations.csv", fig_dir / "manifest.json"):
+            stale.unlink(missing_ok=True)
+    _remove_stale(fig_dir, results)
     _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
     axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
     html = page.render(
@@ -107,7 +117,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
         varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
         figures=[_figure_entry(r) for r in results if not r.skipped],
         skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
-        failures=failures, provenance=provenance.collect(engine, study, db_url, where))
+        failures=failures, provenance=prov)
     index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return Report(index, tuple(results), configurations, failures)
 

@@ -80,11 +80,14 @@ def check_baseline(sr: StudyRuns, baseline: str) -> tuple[str, object]:
     if axis not in sr.runs.columns:
         raise ReportError(f"baseline axis {axis!r}: no run of study {sr.study!r} has it")
     present = sr.runs[axis].dropna().unique().tolist()
-    if value not in present and str(value) not in [str(v) for v in present]:
-        shown = ", ".join(str(v) for v in sorted(present, key=str))
-        raise ReportError(f"baseline {axis}={value}: no finished run of study {sr.study!r} has {axis}={value} "
-                          f"(finished runs have {axis} = {shown})")
-    return axis, value
+    if value in present:
+        return axis, value
+    same_text = [v for v in present if str(v) == str(value)]
+    if same_text:
+        return axis, same_text[0]   # as stored (``params.v=1`` given, "1" stored): what compare must match
+    shown = ", ".join(str(v) for v in sorted(present, key=str))
+    raise ReportError(f"baseline {axis}={value}: no finished run of study {sr.study!r} has {axis}={value} "
+                      f"(finished runs have {axis} = {shown})")
 
 
 def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: float | None) -> pd.DataFrame:
@@ -104,8 +107,11 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
     frame["status"] = "done"
     frame["speedup"] = frame["speedup_std"] = frame["efficiency"] = float("nan")
     if baseline:
-        check_baseline(sr, baseline)
-        table = compare.compare_runs(sr.runs, baseline, ignore=dependent_axes(sr))
+        axis, value = check_baseline(sr, baseline)
+        try:
+            table = compare.compare_runs(sr.runs, baseline, ignore=dependent_axes(sr), value=value)
+        except compare.CompareError as exc:
+            raise ReportError(f"baseline {baseline}: {exc}") from None
         table = table.assign(config=[sr.label(row) for _, row in table.iterrows()]).set_index("config")
         for column in ("speedup", "speedup_std", "efficiency"):
             frame[column] = [table[column].get(c, float("nan")) for c in frame["config"]]
