@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import interleave, median
+from harness import interleave, median, spread
 from metrics_fixture import make_metrics_dir
 
 STEP_COLS = ("run_id", "rank", "step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait",
@@ -137,10 +137,15 @@ def main() -> None:
     samples = interleave(variants, args.repeats)
     med = {k: median(v) for k, v in samples.items()}
     for name, value in med.items():
-        print(f"  {name:22s} {value:12,.0f} rows/s (median)")
-    print(f"ratio ours/raw sqlite3 executemany = {med['ours (sqlite)'] / med['raw sqlite3']:.3f}")
+        print(f"  {name:22s} {value:12,.0f} rows/s (median; {spread(samples[name])}; {args.repeats} repeats)")
+
+    def ratio(ours_name: str, raw_name: str) -> str:
+        per_round = [o / r for o, r in zip(samples[ours_name], samples[raw_name])]
+        return f"{med[ours_name] / med[raw_name]:.3f} (per-round {spread(per_round)})"
+
+    print(f"ratio ours/raw sqlite3 executemany = {ratio('ours (sqlite)', 'raw sqlite3')}")
     if args.postgres:
-        print(f"ratio ours/raw postgres COPY = {med['ours (postgres)'] / med['raw COPY (postgres)']:.3f}")
+        print(f"ratio ours/raw postgres COPY = {ratio('ours (postgres)', 'raw COPY (postgres)')}")
 
 
 def memory(gigabytes: float) -> None:

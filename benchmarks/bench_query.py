@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import interleave, median
+from harness import interleave, median, spread
 
 
 def main() -> None:
@@ -55,8 +55,9 @@ def main() -> None:
 
     samples = interleave({"raw pandas.read_sql": raw, "ours query.steps": ours}, args.repeats)
     r, o = median(samples["raw pandas.read_sql"]), median(samples["ours query.steps"])
-    print(f"median seconds: raw {r:.3f}, ours {o:.3f}")
-    print(f"ratio ours/raw (time) = {o / r:.3f}")
+    raw_s, ours_s = samples["raw pandas.read_sql"], samples["ours query.steps"]
+    print(f"median seconds over {args.repeats} repeats: raw {r:.3f} ({spread(raw_s)}), ours {o:.3f} ({spread(ours_s)})")
+    print(f"ratio ours/raw (time) = {o / r:.3f} (per-round {spread([x / y for x, y in zip(ours_s, raw_s)])})")
 
 
 if __name__ == "__main__":

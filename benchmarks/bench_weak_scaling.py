@@ -12,6 +12,9 @@ the same per-rank batch; efficiency = its samples/s over the limit's. Variants a
 ``--steps`` steps after ``--warmup`` (per-step times of rank 0). Printed: medians with min–max,
 efficiency with the min–max of the per-round ratios, and the median per-step phases (forward,
 backward, comm_wait, update, ms) of each variant, which say where the difference goes.
+"sync, 1 cycle/step" is ``sync`` with ``cycle_time_ms`` longer than a step: it reduces
+only once backward is done, so comparing it with ``sync`` prices the overlap on a node
+whose cores all compute.
 Goal: sync >= 0.9 of the limit and ahead of ddp and Horovod.
 """
 
@@ -26,6 +29,10 @@ from pathlib import Path
 from harness import epochs_for, finish_workload, interleave, measured_rate, median, spread, start_workload
 
 PHASES = ("forward", "backward", "comm_wait", "update")
+# sync with a cycle longer than a step: one negotiation and one fused allreduce once backward
+# is done, so nothing runs beside backprop; what sync loses against it is what overlap costs
+ONE_CYCLE_MS = 10_000.0
+NO_OVERLAP = "sync, 1 cycle/step"
 
 
 def phases_of(result: dict, warmup: int) -> dict[str, float]:
@@ -57,14 +64,18 @@ def main() -> None:
         runs = [start_workload({**spec, "algorithm": "sync"}, 1) for _ in range(2)]
         return sum(keep("limit (1 rank)", finish_workload(*run)) for run in runs)
 
-    def two_ranks(algorithm: str):
-        return lambda: keep(algorithm, finish_workload(*start_workload({**spec, "algorithm": algorithm}, 2)))
+    def two_ranks(algorithm: str, **extra):
+        name = NO_OVERLAP if extra else algorithm
+        return lambda: keep(name, finish_workload(*start_workload({**spec, "algorithm": algorithm, **extra}, 2)))
 
     print(f"weak scaling, 2 ranks vs 2 independent 1-rank processes: {args.model} on {args.dataset}, batch "
           f"{args.batch_size}/rank, 1 thread/rank, {epochs} epoch(s) x {per_epoch} steps, first {args.warmup} "
           f"excluded, {args.repeats} interleaved repeats ({', '.join(algorithms)}"
           f"{'' if 'horovod' in algorithms else '; Horovod not installed: scripts/install-horovod.sh'})")
-    samples = interleave({"limit": limit, **{a: two_ranks(a) for a in algorithms}}, args.repeats)
+    variants = {"limit": limit, **{a: two_ranks(a) for a in algorithms}}
+    variants[NO_OVERLAP] = two_ranks("sync", cycle_time_ms=ONE_CYCLE_MS)
+    algorithms.insert(1, NO_OVERLAP)
+    samples = interleave(variants, args.repeats)
     lim = median(samples["limit"])
     print(f"limit: {lim:.1f} samples/s ({spread(samples['limit'])})")
     for a in algorithms:
