@@ -242,6 +242,10 @@ def rounds(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
+def _int_or_none(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
 def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> pd.DataFrame:
     """Per run: wall seconds and samples until the first eval at or above ``target`` top-1 (NaN if never)."""
     frame = evals(engine, run_ids)
@@ -251,8 +255,9 @@ def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> p
         first = hit.iloc[0] if len(hit) else None
         rows.append({"run_id": run_id, "target": target,
                      "seconds": float(first["wall"]) if first is not None else float("nan"),
-                     "epoch": int(first["epoch"]) if first is not None else None,
-                     "samples": int(first["samples_seen"]) if first is not None else None})
+                     "epoch": _int_or_none(first["epoch"]) if first is not None else None,
+                     # a user's script reporting evaluations may not count the samples seen
+                     "samples": _int_or_none(first["samples_seen"]) if first is not None else None})
     return pd.DataFrame(rows, columns=["run_id", "target", "seconds", "epoch", "samples"])
 
 

@@ -244,6 +244,14 @@ def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
     # a run stopped half-way leaves a folder the next report may replace
     (tmp_path / "out" / "index.html").unlink()
     assert build_report(engine, "p", tmp_path / "out", "sqlite:///r.db").index.is_file()
+    # evaluations from a user's script through the reporting module may not count samples
+    from results_db import query
+    first_run = int(query.runs(engine, study="p")["run_id"].min())   # a finished run (threads 1, scale 1.0)
+    with Session(engine) as s, s.begin():
+        s.add(Eval(run_id=first_run, epoch=0, wall=3.0, top1=0.9, loss=1.0, samples_seen=None))
+    reached = query.time_to_accuracy(engine, [first_run], 0.5)
+    assert reached["seconds"].tolist() == [3.0] and reached["samples"].isna().all()
+    assert build_report(engine, "p", tmp_path / "out", "sqlite:///r.db", target=0.5).index.is_file()
     # a parameter present on some runs only: one "unset" value, not one per run
     from results_db.figures.grid import build_grid
     import pandas as pd
