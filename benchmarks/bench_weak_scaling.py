@@ -82,6 +82,13 @@ def main() -> None:
         ratios = [x / y for x, y in zip(samples[a], samples["limit"])]
         print(f"efficiency {a} = {median(samples[a]) / lim:.3f} (per-round {spread(ratios)}); "
               f"{median(samples[a]):.1f} samples/s ({spread(samples[a])})")
+    # the VM's speed drifts between rounds more than the variants differ: compare sync with
+    # each peer within a round (they ran minutes apart), not medians taken over all rounds
+    for peer in [a for a in algorithms if a not in ("sync", NO_OVERLAP)]:
+        paired = [x / y for x, y in zip(samples["sync"], samples[peer])]
+        ahead = sum(r > 1 for r in paired)
+        print(f"sync / {peer} paired by round = {median(paired):.3f} (per-round {spread(paired)}; "
+              f"sync ahead in {ahead} of {len(paired)} rounds)")
     print("median per-step phases (ms, rank 0):")
     for name, rows in phases.items():
         print(f"  {name:15s} " + "  ".join(f"{k} {statistics.median(r[k] for r in rows) * 1e3:7.2f}" for k in PHASES))

@@ -26,6 +26,9 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "account": (None, "the site's account / project to charge, if not the site's own"),
     "queue": (None, "the site's queue (Slurm partition), if not the site's own"),
     "walltime": (None, "HH:MM:SS per batch job, if not the site's own"),
+    "allocation": (None, "per_size (a batch job per node count) or packed (the whole sweep in one batch job), "
+                         "if not the site's own"),
+    "allocation_nodes": (None, "nodes of the packed batch job; null: the site's, else the sweep's largest run"),
     "db_url": (None, "SQLAlchemy URL; null: $SCALESTUDY_DB_URL or ./scalestudy.db"),
     "rerun": (False, "run again even runs already done (--rerun)"),
     "dry_run": (False, "print what would be submitted, submit nothing (--dry-run)"),

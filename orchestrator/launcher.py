@@ -143,9 +143,11 @@ def _positive_int(value: Any, what: str) -> int:
 class ParslLauncher(Launcher):
     def __init__(self, site: str = "local", num_nodes: Any = 1, ranks_per_node: Any = 1,
                  launcher_options: str = "", observer: Optional[str] = None, poll_seconds: float = 0.5,
-                 account: Optional[str] = None, queue: Optional[str] = None, walltime: Optional[str] = None) -> None:
+                 account: Optional[str] = None, queue: Optional[str] = None, walltime: Optional[str] = None,
+                 allocation: Optional[str] = None, allocation_nodes: Any = None) -> None:
         self.site = site
-        self.site_overrides = {"account": account, "queue": queue, "walltime": walltime}
+        self.site_overrides = {"account": account, "queue": queue, "walltime": walltime,
+                               "allocation": allocation, "allocation_nodes": allocation_nodes}
         self.launcher_options = launcher_options
         self.observer_path = observer
         self.poll_seconds = poll_seconds
@@ -161,11 +163,14 @@ class ParslLauncher(Launcher):
     # -- planning ---------------------------------------------------------------------
 
     def _plan(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path) -> list[SweepJob]:
+        from .sweep_compose import SweepComposer
+
         assert self.hydra_context is not None and self.config is not None
+        composer = SweepComposer(self.hydra_context.config_loader, self.config)
         jobs = []
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
-            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            config = composer.compose(list(overrides))
             with open_dict(config):
                 config.hydra.job.id = idx
                 config.hydra.job.num = idx

@@ -1,9 +1,11 @@
 """From a ``SiteConfig`` to a Parsl ``Config``: which Parsl executor and provider a site gets.
 
 Sites with a scheduler use ``MPIExecutor``, so each run gets ``$PARSL_MPI_PREFIX``
-sized from its own resource specification. A sweep gets one executor per node count
-it needs (blocks of exactly that many nodes, started on demand), so one sweep can mix
-node counts without holding a large allocation for small runs.
+sized from its own resource specification. A sweep gets one executor per batch job
+size it needs (``allocation``): with ``per_size``, one per node count (blocks of exactly
+that many nodes, started on demand), so one sweep can mix node counts without holding a
+large allocation for small runs; with ``packed``, one executor whose single block holds
+every run, MPIExecutor giving each run nodes of its own inside it.
 
 The local site (this host, no scheduler) needs no Parsl: see ``run_pools``.
 """
@@ -20,6 +22,7 @@ from typing import Iterable
 
 from parsl.config import Config
 from parsl.executors import MPIExecutor
+from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 from parsl.launchers import SimpleLauncher
 from parsl.providers import PBSProProvider, SlurmProvider
@@ -27,6 +30,7 @@ from parsl.providers import PBSProProvider, SlurmProvider
 from .launch_flags import binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
 from .providers import CobaltProvider
 from .mpi_env import batch_environment, env_bin_dir
+from .allocation import batch_jobs
 from .queues import charged_node_hours, site_for_nodes
 from .sites import SiteConfig
 
@@ -34,6 +38,11 @@ from .sites import SiteConfig
 # Parsl's own log goes to its run folder (runinfo/), not through Hydra's console handlers.
 logging.getLogger("parsl").propagate = False
 log = logging.getLogger(__name__)
+
+
+# the environment's python3 comes first on the batch job's PATH (mpi_env.batch_environment)
+WORKER_POOL_LAUNCH_CMD = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", "python3 -m orchestrator.worker_pool", 1)
+assert WORKER_POOL_LAUNCH_CMD != DEFAULT_LAUNCH_CMD
 
 
 def _put_env_on_path() -> None:
@@ -45,9 +54,11 @@ def _put_env_on_path() -> None:
 
 
 def executor_label(site: SiteConfig, nodes: int) -> str:
-    """One executor per node count on a scheduler; one for everything on this host, where
-    runs of different sizes would otherwise run at once on the same cores."""
-    return site.name if site.provider == "local" else f"{site.name}-{nodes}n"
+    """The executor of a ``nodes``-node batch job (``allocation.job_nodes_of_run`` gives a run's):
+    one per size on a scheduler; one for everything on this host."""
+    if site.provider == "local":
+        return site.name
+    return f"{site.name}-{nodes}n" + ("-packed" if site.allocation == "packed" else "")
 
 
 def worker_init(site: SiteConfig, run_dir: Path) -> str:
@@ -98,12 +109,14 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
     run_dir.mkdir(parents=True, exist_ok=True)
     _put_env_on_path()
     init = worker_init(site, run_dir)
-    sizes = {executor_label(site, n): n for n in sorted(set(node_counts))}
+    sizes = {executor_label(site, n): n for n in batch_jobs(site, node_counts)}
     executors = [
         MPIExecutor(label=label, provider=make_provider(site_for_nodes(site, n), n, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     address="127.0.0.1" if site.name.startswith("local") else None,
                     heartbeat_period=15, heartbeat_threshold=120,
+                    # Parsl's worker pool with its MPI backlog fixed (orchestrator/worker_pool.py)
+                    launch_cmd=WORKER_POOL_LAUNCH_CMD,
                     # CurveZMQ: only worker pools holding this sweep's keys (a private 0700 folder
                     # under runinfo/) may register. Unencrypted, anyone who can reach the
                     # interchange's port can register as a worker, receive tasks, and have the

@@ -1,8 +1,10 @@
-"""Where a sweep's own time goes: seconds per phase of the driver, for `bench_overhead.py`.
+"""Where a sweep's own time goes: seconds per phase of the driver, for `bench_overhead.py` and
+`bench_sweep_scale.py`.
 
 With ``SCALESTUDY_PHASES=FILE`` in the environment the driver appends one JSON line
-with its phase times to FILE when it ends; otherwise recording costs a dictionary
-update per phase and writes nothing.
+with its phase times, its own CPU time (all its threads, not its MPI jobs) and its peak
+resident memory to FILE when it ends; otherwise recording costs a dictionary update per
+phase and writes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def write() -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    record = {"since_import": time.perf_counter() - _T0, **{k: round(v, 4) for k, v in totals.items()}}
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    record = {"since_import": time.perf_counter() - _T0, **{k: round(v, 4) for k, v in totals.items()},
+              "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
     with open(path, "a") as fh:
         fh.write(json.dumps(record) + "\n")

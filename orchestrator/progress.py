@@ -1,7 +1,8 @@
-"""What a long sweep shows while it runs: done, running, failed, elapsed, time left.
+"""What a long sweep shows while it runs: done, running, failed, elapsed, runs per second, time left.
 
-In a terminal a live rich progress bar; in a log (not a TTY) one line per event, so
-a detached sweep's log reads as a history.
+In a terminal a live rich progress bar, with a line per run above it only for small
+sweeps (a sweep of thousands of runs stays one live line; failures are always printed);
+in a log (not a TTY) one line per event, so a detached sweep's log reads as a history.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
+# above this many runs a terminal shows only the live line (and failures)
+RUN_LINES_UP_TO = 50
+
+
 class SweepProgress:
     def __init__(self, console: Console, total: int) -> None:
         self.console = console
         self.total = total
+        self.run_lines = not console.is_terminal or total <= RUN_LINES_UP_TO
         self.finished = self.failed_count = self.running = 0
         self.t0 = time.monotonic()
         self._bar: Progress | None = None
@@ -27,29 +33,36 @@ class SweepProgress:
             self._bar.start()
         self.refresh(0)
 
-    def _summary(self) -> str:
+    def _rate(self) -> str:
+        """Runs finished per second so far, and the time left at that rate."""
         elapsed = time.monotonic() - self.t0
         left = self.total - self.finished
-        eta = f", ~{elapsed / self.finished * left:.0f} s left" if self.finished and left else ""
+        if not self.finished or elapsed <= 0:
+            return ""
+        rate = self.finished / elapsed
+        return (f"{rate:.0f}" if rate >= 100 else f"{rate:.3g}") + " runs/s" + (f", ~{_duration(left / rate)} left" if left else "")
+
+    def _summary(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        rate = self._rate()
         return (f"{self.finished}/{self.total} finished, {self.running} running, {self.failed_count} failed, "
-                f"{elapsed:.0f} s elapsed{eta}")
+                f"{elapsed:.0f} s elapsed" + (f", {rate}" if rate else ""))
 
     def refresh(self, running: int) -> None:
         self.running = running
         if self._bar is not None:
-            elapsed = time.monotonic() - self.t0
-            left = self.total - self.finished
-            eta = f"~{elapsed / self.finished * left:.0f} s left" if self.finished and left else ""
             self._bar.update(self._task, completed=self.finished,
-                             state=f"{self.running} running, {self.failed_count} failed", eta=eta)
+                             state=f"{self.running} running, {self.failed_count} failed", eta=self._rate())
 
     def started(self, label: str) -> None:
-        self.console.print(f"[cyan]start[/cyan] {label}")
+        if self.run_lines:
+            self.console.print(f"[cyan]start[/cyan] {label}")
 
     def done(self, label: str, detail: str, running: int) -> None:
         self.finished += 1
         self.refresh(running)
-        self.console.print(f"[green]done[/green]  {label}: {detail}  [{self._summary()}]")
+        if self.run_lines:
+            self.console.print(f"[green]done[/green]  {label}: {detail}  [{self._summary()}]")
 
     def failed(self, label: str, detail: str, running: int) -> None:
         self.finished += 1
@@ -61,3 +74,11 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -114,9 +114,9 @@ def queue_limits(site, name: str) -> QueueLimits | None:
     return next((q for q in site.queues if q.name == name), None)
 
 
-def choose_queue(site, nodes: int) -> tuple[str, str]:
+def choose_queue(site, nodes: int, subject: str = "") -> tuple[str, str]:
     """The queue a ``nodes``-node batch job of this site goes to, and a note when it is not the
-    site's own queue; ``ConfigError`` (one line) when no queue takes it."""
+    site's own queue (``subject`` names what goes there); ``ConfigError`` (one line) when no queue takes it."""
     from .sites import walltime_seconds
 
     if not site.queues:
@@ -135,7 +135,7 @@ def choose_queue(site, nodes: int) -> tuple[str, str]:
                               f"({_takers(site, nodes, walltime_seconds)})")
     for q in site.queues:
         if q.route and q is not own and q.refusal(nodes, walltime, walltime_seconds) is None:
-            note = f"{nodes}-node runs go to queue {q.name}"
+            note = f"{subject or f'{nodes}-node runs go'} to queue {q.name}"
             if own is not None:
                 note += f" ({own.refusal(nodes, walltime, walltime_seconds)})"
             return q.name, note
@@ -156,21 +156,27 @@ def site_for_nodes(site, nodes: int):
 
 def check_job_limits(site, node_counts: Iterable[int]) -> list[str]:
     """Per-user job limits of each queue, against the batch jobs this sweep holds at once (one per
-    node count); the notes of runs moved to another queue. ``ConfigError`` when a queue would
-    refuse the sweep's jobs."""
+    node count, or one in all for a packed sweep); the notes of runs moved to another queue.
+    ``ConfigError`` when a queue would refuse the sweep's jobs."""
+    from .allocation import batch_jobs, check_runs_fit
+
+    counts = sorted(set(node_counts))
+    check_runs_fit(site, counts)
     by_queue: dict[str, list[int]] = {}
     notes = []
-    for n in sorted(set(node_counts)):
-        name, note = choose_queue(site, n)
+    for n, holds in batch_jobs(site, counts).items():
+        name, note = choose_queue(site, n, "" if site.allocation != "packed" else
+                                  f"the packed {n}-node batch job (runs of {', '.join(map(str, holds))} node(s)) goes")
         by_queue.setdefault(name, []).append(n)
         if note:
             notes.append(note)
-    for name, counts in by_queue.items():
+    for name, sizes in by_queue.items():
         q = queue_limits(site, name)
-        if q is not None and q.max_queued and len(counts) > q.max_queued:
-            raise ConfigError("nodes", ",".join(map(str, counts)),
+        if q is not None and q.max_queued and len(sizes) > q.max_queued:
+            raise ConfigError("nodes", ",".join(map(str, sizes)),
                               f"queue {name} holds at most {q.max_queued} job(s) per user, and this sweep needs "
-                              f"one batch job per node count at once: sweep these node counts in separate commands")
+                              f"one batch job per node count at once: use allocation=packed (one batch job) or "
+                              f"sweep these node counts in separate commands")
     return notes
 
 

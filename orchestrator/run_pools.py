@@ -4,8 +4,8 @@ Every pool takes one Hydra job (the tuple ``_run_hydra_job`` reads) and returns 
 ``concurrent.futures.Future`` of its ``JobReturn``; the launcher only waits on futures.
 
 - ``ParslRunPool`` (Slurm, PBS Pro, Cobalt): Parsl's ``MPIExecutor`` on the site's
-  provider, one executor per node count; each task gets ``$PARSL_MPI_PREFIX`` for its
-  own allocation.
+  provider, one executor per batch job size (per node count, or one for a packed sweep);
+  each task gets ``$PARSL_MPI_PREFIX`` for its own nodes.
 - ``LocalRunPool`` (this host, no scheduler): threads of the driver, as many as the
   site's ``max_concurrent_runs``, each starting its MPI job with ``mpiexec`` on a node
   list of ``localhost`` lines, in the form Parsl composes it. Parsl would add an
@@ -56,12 +56,13 @@ class ParslRunPool:
         import parsl
         from parsl.app.python import PythonApp
 
+        from .allocation import job_nodes_of_run
         from .parsl_config import build_parsl_config, executor_label
 
         self.site = site
         self.dfk = parsl.load(build_parsl_config(site, run_dir, node_counts))
-        self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, n)])
-                     for n in set(node_counts)}
+        label = {n: executor_label(site, job_nodes_of_run(site, n, node_counts)) for n in set(node_counts)}
+        self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[label[n]]) for n in set(node_counts)}
 
     def submit(self, parts: tuple, num_nodes: int, ranks_per_node: int, launcher_options: str) -> concurrent.futures.Future:
         import cloudpickle

@@ -28,6 +28,8 @@ MPI_LAUNCHERS = ("mpiexec", "srun", "aprun")
 # wheel: the MPI of the `mpich` wheel in this environment (laptops, CI, the local sites);
 # system: the machine's own MPI (Cray MPICH and PALS/aprun/srun), loaded with `modules`
 MPI_KINDS = ("wheel", "system")
+# per_size: one batch job per node count of a sweep; packed: one batch job for the whole sweep
+ALLOCATIONS = ("per_size", "packed")
 _NOT_SITES = {"template"}
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
@@ -70,6 +72,10 @@ class SiteConfig:
     queues: tuple[QueueLimits, ...] = field(default_factory=tuple)   # the facility's queue table (queues.py)
     sources: tuple[str, ...] = field(default_factory=tuple)  # facility pages this file was checked against
     queue_pinned: bool = False     # the queue was given on the command line: never moved to another
+    # per_size: a batch job per node count; packed: every run of a sweep inside one batch job of
+    # allocation_nodes nodes (0: the sweep's largest run), several at a time when they fit
+    allocation: str = "per_size"
+    allocation_nodes: int = 0
 
     @property
     def queue(self) -> str:
@@ -215,6 +221,10 @@ def load_site(name: str) -> SiteConfig:
         value = raw["max_runs_in_flight"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError("site.max_runs_in_flight", value, "expected an integer >= 0 (0: no cap)")
+    if "allocation" in raw or "allocation_nodes" in raw:
+        raw["allocation"], raw["allocation_nodes"] = check_allocation(
+            "site.", raw.get("allocation", "per_size"), raw.get("allocation_nodes", 0), raw["provider"],
+            raw.get("max_nodes"), path.stem)
     if "oversubscribe" in raw and not isinstance(raw["oversubscribe"], bool):
         raise ConfigError("site.oversubscribe", raw["oversubscribe"], "expected true or false")
     if "description" in raw and not isinstance(raw["description"], str):
@@ -268,9 +278,30 @@ def load_site(name: str) -> SiteConfig:
     return SiteConfig(name=path.stem, **raw)
 
 
-def with_overrides(site: SiteConfig, account: Any = None, queue: Any = None, walltime: Any = None) -> SiteConfig:
-    """The site with the sweep's own account, queue or walltime (validated like the site's)."""
+def check_allocation(prefix: str, allocation: Any, nodes: Any, provider: str, max_nodes: Any,
+                     site_name: str) -> tuple[str, int]:
+    """``allocation`` and ``allocation_nodes``, of a site file (``prefix`` "site.") or a sweep ("")."""
+    if allocation not in ALLOCATIONS:
+        raise ConfigError(f"{prefix}allocation", allocation, f"expected {' or '.join(ALLOCATIONS)}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+        raise ConfigError(f"{prefix}allocation_nodes", nodes, "expected an integer >= 1 (0: the sweep's largest run)")
+    if isinstance(max_nodes, int) and nodes > max_nodes:
+        raise ConfigError(f"{prefix}allocation_nodes", nodes, f"site {site_name} allows at most {max_nodes} nodes")
+    if allocation == "packed" and provider == "local":
+        raise ConfigError(f"{prefix}allocation", allocation, f"site {site_name} has no batch jobs to pack runs into "
+                          "(its runs start on this host, one at a time)")
+    return allocation, nodes
+
+
+def with_overrides(site: SiteConfig, account: Any = None, queue: Any = None, walltime: Any = None,
+                   allocation: Any = None, allocation_nodes: Any = None) -> SiteConfig:
+    """The site with the sweep's own account, queue, walltime or allocation (validated like the site's)."""
     changes: dict[str, Any] = {}
+    if allocation is not None or allocation_nodes is not None:
+        changes["allocation"], changes["allocation_nodes"] = check_allocation(
+            "", site.allocation if allocation is None else allocation,
+            site.allocation_nodes if allocation_nodes is None else allocation_nodes,
+            site.provider, site.max_nodes, site.name)
     if account is not None:
         changes["account"] = check_name("account", account)
     if queue is not None:

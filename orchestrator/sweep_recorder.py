@@ -116,7 +116,9 @@ def _archive_attempt(run_dir: Path, run_id: int) -> Path:
 def sweep_site(config: DictConfig) -> SiteConfig:
     site = load_site(OmegaConf.select(config, "site"))
     return with_overrides(site, account=OmegaConf.select(config, "account"), queue=OmegaConf.select(config, "queue"),
-                          walltime=OmegaConf.select(config, "walltime"))
+                          walltime=OmegaConf.select(config, "walltime"),
+                          allocation=OmegaConf.select(config, "allocation"),
+                          allocation_nodes=OmegaConf.select(config, "allocation_nodes"))
 
 
 class SweepRecorder:
@@ -163,10 +165,12 @@ class SweepRecorder:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
             specs.append(spec)
+        from .allocation import batch_jobs, check_runs_fit
         from .queues import choose_queue
 
-        for n in sorted({s.nodes for s in specs}):
-            choose_queue(site, n)   # a run no queue takes is refused before anything is registered
+        check_runs_fit(site, [s.nodes for s in specs])
+        for n in batch_jobs(site, [s.nodes for s in specs]):
+            choose_queue(site, n)   # a batch job no queue takes is refused before anything is registered
         try:
             check_system_mpi(site)
         except ConfigError as exc:
@@ -310,8 +314,11 @@ class SweepRecorder:
     def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
         import shlex
 
+        from .allocation import batch_jobs, with_allocation
         from .mpi_run import program
         from .parsl_config import launch_flags, node_hours, preview_batch_script, preview_launch_prefix
+        from .queues import check_job_limits
+        from .sites import ALLOCATIONS
 
         site = self.site
         out = Console(highlight=False, soft_wrap=True)
@@ -323,16 +330,34 @@ class SweepRecorder:
             if run_key(spec) in done:
                 out.print(f"skip #{job.idx} {self.labels[job.idx]}: already done (--rerun forces)")
         self._check_queues([s for _, s in launching], out)
-        total = 0.0
+        counts = [s.nodes for _, s in launching]
+        modes = {}   # allocation mode -> (batch jobs, node-hours charged at most), or the reason it cannot be
         with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
-            for nodes in sorted({s.nodes for _, s in launching}):
-                script, submit_cmd = preview_batch_script(site, nodes, Path(scratch))
-                charged, hours = node_hours(site, nodes)
-                total += hours
-                out.print(f"\n[bold]batch job for {nodes}-node runs[/bold] — submitted with: {submit_cmd}")
-                out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours"
-                          + (f" (the queue's minimum charge is {charged} nodes)" if charged > nodes else ""))
-                out.print(script.rstrip())
+            for mode in ((site.allocation, *(m for m in ALLOCATIONS if m != site.allocation))
+                         if site.provider != "local" and counts else ()):
+                mode_site = with_allocation(site, mode)
+                try:
+                    check_job_limits(mode_site, counts)
+                except ConfigError as exc:
+                    modes[mode] = str(exc)
+                    continue
+                jobs_of_mode = batch_jobs(mode_site, counts)
+                total = sum(node_hours(mode_site, n)[1] for n in jobs_of_mode)
+                modes[mode] = (len(jobs_of_mode), total)
+                out.print(f"\n[bold]allocation: {mode}[/bold]" + (" (this sweep's)" if mode == site.allocation else
+                          f" (with allocation={mode})") + f": {len(jobs_of_mode)} batch job(s), "
+                          f"{total:.2f} node-hours charged at most")
+                for nodes, holds in jobs_of_mode.items():
+                    script, submit_cmd = preview_batch_script(mode_site, nodes, Path(scratch))
+                    charged, hours = node_hours(mode_site, nodes)
+                    what = f"{nodes}-node runs" if holds == (nodes,) else \
+                        f"every run ({', '.join(map(str, holds))} node(s)) in {nodes} nodes"
+                    out.print(f"\n[bold]batch job for {what}[/bold] — submitted with: {submit_cmd}")
+                    out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours"
+                              + (f" (the queue's minimum charge is {charged} nodes)" if charged > nodes else ""))
+                    out.print(script.rstrip())
+            if site.provider == "local":
+                out.print("\n" + preview_batch_script(site, 1, Path(scratch))[0])
         out.print("")
         for job, spec in launching:
             options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker,
@@ -340,9 +365,25 @@ class SweepRecorder:
             prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
             out.print(f"#{job.idx} {self.labels[job.idx]}\n    launch: {prefix} "
                       f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}")
-        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job per node count, each charged for "
-                  f"the time it holds its nodes (its runs one after another), up to its walltime {site.walltime}; node counts "
-                  f"whose runs outlast that walltime get another batch job")
+        if site.provider == "local":
+            return
+        out.print("\n[bold]allocation[/bold]   batch jobs   node-hours charged at most")
+        for mode, value in modes.items():
+            mine = " (this sweep's)" if mode == site.allocation else ""
+            out.print(f"{mode:12s} " + (f"{value[0]:10d}   {value[1]:.2f}{mine}" if isinstance(value, tuple) else
+                                        f"not possible: {value}"))
+        if not isinstance(modes.get(site.allocation), tuple):
+            return
+        total = modes[site.allocation][1]
+        if site.allocation == "packed":
+            out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job for the whole sweep, charged for the "
+                      f"time it holds its nodes, up to its walltime {site.walltime}, its runs {site.max_concurrent_runs} "
+                      f"at a time at most (max_concurrent_runs) when their nodes fit; runs that outlast that walltime "
+                      f"get another batch job")
+        else:
+            out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job per node count, each charged for "
+                      f"the time it holds its nodes (its runs one after another), up to its walltime {site.walltime}; "
+                      f"node counts whose runs outlast that walltime get another batch job")
 
     def _already_done(self, specs: Sequence[RunSpec]) -> tuple[set[str], str]:
         """run_keys a real sweep would skip as done, read without writing anything (no database

@@ -57,6 +57,28 @@ def scalestudy(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] 
     return subprocess.run(cmd, capture_output=True, text=True, env=env_with_bin(env), cwd=cwd, timeout=timeout)
 
 
+def run_lifetime(run_dir: Path) -> tuple[float, float]:
+    """When a run's MPI job started (its command.txt is written then) and when its ranks last
+    wrote (metrics, result): read from the run folder, not from the driver's polls."""
+    files = [p for p in [run_dir / "result.json", *(run_dir / "metrics").glob("*")] if p.is_file()]
+    return (run_dir / "command.txt").stat().st_mtime, max(p.stat().st_mtime for p in files)
+
+
+def overlapping_runs(runs: dict[str, tuple[tuple[float, float], set[str]]]) -> list[tuple[str, str]]:
+    """Pairs of runs (name -> (lifetime, node set)) whose lifetimes overlap; asserts that every
+    such pair ran on disjoint nodes."""
+    pairs = []
+    names = sorted(runs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (a0, a1), nodes_a = runs[a]
+            (b0, b1), nodes_b = runs[b]
+            if a0 < b1 and b0 < a1:
+                assert not nodes_a & nodes_b, f"runs {a} and {b} overlapped in time on nodes {nodes_a & nodes_b}"
+                pairs.append((a, b))
+    return pairs
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real 2-rank run of the workload, shared by the tests that read its files."""

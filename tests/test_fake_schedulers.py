@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.schema import Run
 
-from conftest import BIN, REPO, SYSTEM_HYDRA, SYSTEM_LIBMPICH, needs_system_mpi, scalestudy, system_mpi_lib
+from conftest import (BIN, REPO, SYSTEM_HYDRA, SYSTEM_LIBMPICH, needs_system_mpi, overlapping_runs, run_lifetime,
+                      scalestudy, system_mpi_lib)
 
 pytestmark = pytest.mark.mpi
 FAKE = REPO / "tests" / "fake_scheduler" / "fake_sched.py"
@@ -111,6 +112,44 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
         mpiexecs = [c["argv"] for c in calls if c["tool"] == "mpiexec"]
         assert sorted(a[a.index("-n") + 1] for a in mpiexecs) == ["2", "4"]
         assert all("--depth=1" in a and "--cpu-bind=depth" in a for a in mpiexecs)
+
+
+@needs_system_mpi
+@pytest.mark.parametrize("flavor, site", [("cobalt", "fake_cobalt.yaml"), ("pbs", "fake_pbs.yaml")])
+def test_packed_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
+    """allocation=packed through the stand-ins: one qsub of 4 nodes; inside it Parsl's MPIExecutor
+    gives each run nodes of its own, which reach aprun's -node-list (Theta's nid names from
+    COBALT_PARTNAME) or PALS mpiexec's -hosts (Polaris-style names from PBS_NODEFILE, checked by
+    the stand-in against the job's nodes); runs that overlapped in time had disjoint node sets."""
+    env = _stand_in(tmp_path, flavor)
+    site_file = _site_file(tmp_path, site, env)
+    site_file.write_text(site_file.read_text().replace("max_nodes: 2", "max_nodes: 4") + "max_concurrent_runs: 4\n")
+    proc = scalestudy("sweep", f"site={site_file}", "allocation=packed", "nodes=1,2,4", "workers_per_node=1", "batch_size=16,32",
+                      "epochs=1", "steps_per_epoch=4", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, env=env,
+                      timeout=500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    calls = _calls(env)
+    qsubs = [c["argv"] for c in calls if c["tool"] == "qsub"]
+    assert len(qsubs) == 1   # allocation_nodes unset: the sweep's largest run
+    if flavor == "cobalt":
+        assert qsubs[0][qsubs[0].index("-n") + 1] == "4"
+    else:
+        script = Path(qsubs[0][-1]).read_text()
+        assert "#PBS -l select=4:" in script
+    launcher, flag = ("aprun", "-node-list") if flavor == "cobalt" else ("mpiexec", "-hosts")
+    launches = [c for c in calls if c["tool"] == launcher]
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        rows = s.scalars(select(Run)).all()
+    assert sorted(r.nodes for r in rows) == [1, 1, 2, 2, 4, 4] and {r.status for r in rows} == {"done"}
+    runs = {}
+    for run in rows:
+        assert run.job_id == launches[0]["job"]   # every run in the one batch job
+        argv = next(c["argv"] for c in launches if str(Path(run.run_dir) / "spec.json") in c["argv"])
+        nodes = set(argv[argv.index(flag) + 1].split(","))
+        assert len(nodes) == run.nodes
+        runs[str(run.id)] = (run_lifetime(Path(run.run_dir)), nodes)
+    assert overlapping_runs(runs), f"no two runs ran at once: {runs}"
 
 
 @needs_system_mpi

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.schema import RankSummary, Run
 
-from conftest import REPO, scalestudy
+from conftest import REPO, overlapping_runs, run_lifetime, scalestudy
 
 pytestmark = pytest.mark.mpi
 SCRIPT = REPO / "scripts" / "local-slurm-cluster.sh"
@@ -72,6 +73,49 @@ def test_sweep_spreads_ranks_over_the_right_virtual_nodes(tmp_path, slurm_cluste
         spans.append((json.loads(lines[0])["t"], json.loads(lines[-1])["t"]))
     spans.sort()
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes(tmp_path, slurm_cluster):
+    """allocation=packed: 1-, 2- and 4-node runs in one 4-node batch job, several at a time
+    (max_concurrent_runs 4) wherever their nodes fit, each on nodes of its own (Parsl's
+    MPIExecutor hands them out; each rank's SLURMD_NODENAME says where it ran)."""
+    site = tmp_path / "packed_slurm.yaml"
+    site.write_text((REPO / "site_configs" / "local_slurm.yaml").read_text()
+                    .replace("max_concurrent_runs: 1", "max_concurrent_runs: 4")
+                    .replace("max_runs_in_flight: 1", "max_runs_in_flight: 0"))
+    before = _job_ids()
+    proc = scalestudy("sweep", f"site={site}", "allocation=packed", "allocation_nodes=4", "nodes=1,2,4", "workers_per_node=1",
+                      "batch_size=16,32", "epochs=1", "steps_per_epoch=4", f"hydra.sweep.dir={tmp_path / 'mr'}",
+                      cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    new_jobs = _job_ids() - before
+    assert len(new_jobs) == 1, new_jobs   # one batch job for the whole sweep
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    runs = {}
+    with Session(engine) as s:
+        rows = s.scalars(select(Run)).all()
+        assert sorted(r.nodes for r in rows) == [1, 1, 2, 2, 4, 4] and {r.status for r in rows} == {"done"}
+        for run in rows:
+            assert run.job_id.split(".")[0] in new_jobs
+            hosts = [r.host for r in s.scalars(select(RankSummary).where(RankSummary.run_id == run.id))]
+            assert len(set(hosts)) == run.nodes and set(hosts) <= {"n1", "n2", "n3", "n4"}
+            runs[str(run.id)] = (run_lifetime(Path(run.run_dir)), set(hosts))
+    assert overlapping_runs(runs), f"no two runs ran at once: {runs}"   # packing happened
+
+
+@pytest.mark.parametrize("overrides, shown", [
+    (["allocation=packed", "allocation_nodes=2", "nodes=1,4"], "nodes=4: larger than the packed allocation of 2"),
+    (["allocation=packd"], "allocation='packd': expected per_size or packed"),
+    (["allocation=packed", "allocation_nodes=8"], "allocation_nodes=8: site local_slurm allows at most 4 nodes"),
+])
+def test_packed_sweeps_that_cannot_run_are_refused(tmp_path, slurm_cluster, overrides, shown):
+    before = _job_ids()
+    for dry in ([], ["--dry-run"]):
+        proc = scalestudy("sweep", *dry, "site=local_slurm", *overrides, f"hydra.sweep.dir={tmp_path / 'mr'}",
+                          cwd=tmp_path)
+        assert proc.returncode == 2 and shown in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+            proc.stderr
+    assert _job_ids() == before and not (tmp_path / "scalestudy.db").exists()
 
 
 def test_dry_run_prints_and_submits_nothing(tmp_path, slurm_cluster):

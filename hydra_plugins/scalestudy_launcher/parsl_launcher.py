@@ -35,6 +35,9 @@ class ParslLauncherConf:
     account: Optional[str] = None
     queue: Optional[str] = None
     walltime: Optional[str] = None
+    # per_size | packed, and the packed batch job's nodes (None: the site's)
+    allocation: Optional[str] = None
+    allocation_nodes: Any = None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="parsl", node=ParslLauncherConf, provider="scalestudy")

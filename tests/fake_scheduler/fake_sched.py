@@ -33,7 +33,8 @@ def die(msg: str, code: int = 1) -> None:
 def log_call() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / "calls.jsonl", "a") as fh:
-        fh.write(json.dumps({"tool": TOOL, "argv": sys.argv[2:]}) + "\n")
+        fh.write(json.dumps({"tool": TOOL, "argv": sys.argv[2:], "job": os.environ.get("PBS_JOBID")
+                             or os.environ.get("COBALT_JOBID")}) + "\n")
 
 
 def next_id() -> int:
@@ -76,8 +77,9 @@ def job_environment(env_extra: dict) -> dict:
 def start(job_id: str, script: Path, nodes: int, env_extra: dict, out: str, err: str) -> None:
     env = job_environment(env_extra)
     if FLAVOR == "pbs":
+        # Polaris names nodes like x3006c0s13b0n0; each is this host to the stand-in's mpiexec
         nodefile = STATE / f"{job_id}.nodes"
-        nodefile.write_text("\n".join(["localhost"] * nodes) + "\n")
+        nodefile.write_text("".join(f"x3000c0s{i}b0n0\n" for i in range(nodes)))
         env["PBS_NODEFILE"] = str(nodefile)
         cmd = ["bash", str(script)]
     else:
@@ -260,9 +262,19 @@ def pals_mpiexec(args: list) -> None:
         if a in ("-n", "-ppn", "-hosts"):
             if i + 1 >= len(args):
                 die(f"option {a} needs a value")
-            passthrough += [a, args[i + 1]]
+            value = args[i + 1]
             if a == "-ppn":
-                ppn = _int(a, args[i + 1])
+                ppn = _int(a, value)
+            if a == "-hosts":
+                # PALS starts ranks only on the job's own nodes; every node is this host here
+                hosts = value.split(",")
+                if os.environ.get("PBS_NODEFILE"):
+                    mine = Path(os.environ["PBS_NODEFILE"]).read_text().split()
+                    for host in hosts:
+                        if host not in mine:
+                            die(f"-hosts {host}: not a node of this job ({','.join(mine)})")
+                value = ",".join(["localhost"] * len(hosts))
+            passthrough += [a, value]
             i += 2
         elif a.startswith("--depth="):
             depth = _int("--depth", a.split("=", 1)[1])
@@ -281,7 +293,9 @@ def pals_mpiexec(args: list) -> None:
         die(f"-ppn {ppn} x --depth {depth} = {ppn * depth} hardware threads, but a node has {cores * threads}")
     if depth > 1 and bind != "depth":
         die("--depth without --cpu-bind=depth places no rank")
-    os.execv(real_mpiexec(), [real_mpiexec(), *passthrough, *args[i:]])
+    # the job's node names mean nothing to hydra: it must not read the node file
+    env = {k: v for k, v in os.environ.items() if k != "PBS_NODEFILE"}
+    os.execve(real_mpiexec(), [real_mpiexec(), *passthrough, *args[i:]], env)
 
 
 def main() -> None:

@@ -1,0 +1,127 @@
+"""`scalestudy status` and `scalestudy query` on a results database of 100,000 runs.
+
+    python benchmarks/bench_db_scale.py [--runs 100000] [--repeats 5] [--keep DB_FILE]
+
+The database is made with scalestudy's own code, as sweeps make it: ``register_runs``
+(batches of 2,000 planned runs, as a sweep registers its jobs) and ``ingest_run`` of a
+finished run's folder for every run (a run_start, 5 steps and a run_end record per run, a
+result.json), over a grid of node counts (1-1024), workers per node, batch sizes and
+algorithms, all in one study (the worst case for ``status --study``). Each command is
+then timed from outside as a user runs it (a new process: Python start-up and imports
+included), ``--repeats`` times, median and min-max. Goal: under 1 s each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+STUDY = "scale"
+COMMANDS = {
+    "status": ["status"],
+    "status --study": ["status", "--study", STUDY],
+    "status --failed": ["status", "--study", STUDY, "--failed"],
+    "query --where (64 nodes, sync, batch 32)": ["query", "--study", STUDY, "--where", "nodes=64",
+                                                 "--where", "algorithm=sync", "--where", "batch_size=32"],
+    "query --group-by nodes": ["query", "--study", STUDY, "--group-by", "nodes"],
+}
+
+
+def template_run(folder: Path, host: str, throughput: float) -> None:
+    (folder / "metrics").mkdir(parents=True, exist_ok=True)
+    t = 1.7e9
+    lines = [{"type": "run_start", "schema": 1, "host": host, "t": t, "versions": {"torch": "2.13.0"}}]
+    for step in range(5):
+        lines.append({"type": "step", "schema": 1, "step": step, "epoch": 0, "samples": 32, "t_start": t + step,
+                      "data": 0.001, "forward": 0.08, "backward": 0.13, "comm_wait": 0.002, "update": 0.002,
+                      "delay": 0.0, "loss": 2.0 - step * 0.1, "seconds": 0.215})
+    lines.append({"type": "run_end", "schema": 1, "status": "done", "summary": {}})
+    (folder / "metrics" / "rank-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "result.json").write_text(json.dumps({
+        "schema": 1, "kind": "builtin", "status": "done", "throughput": throughput, "train_seconds": 1.1,
+        "wall_seconds": 3.0, "steps": 5, "final_top1": 0.9, "final_loss": 1.6}))
+
+
+def build(url: str, runs: int, scratch: Path) -> float:
+    from orchestrator.runspec import run_key
+    from results_db import connect
+    from results_db.ingest import ingest_run
+    from results_db.runs import PlannedRun, register_runs
+    from workloads.spec import RunSpec
+
+    engine = connect(url)
+    grid = itertools.product([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], [1, 2, 4, 8], [16, 32, 64, 128],
+                             ["sync", "ddp", "eager_solo", "eager_majority", "async_ps"])
+    cells = list(grid)
+    folder = scratch / "run"
+    t0 = time.perf_counter()
+    made = 0
+    while made < runs:
+        planned = []
+        for i in range(made, min(runs, made + 2000)):
+            nodes, wpn, bs, algorithm = cells[i % len(cells)]
+            spec = RunSpec(study=STUDY, nodes=nodes, workers_per_node=wpn, threads_per_node=wpn, batch_size=bs,
+                           algorithm=algorithm, params={"repeat": i // len(cells)})
+            planned.append(PlannedRun(run_key(spec), spec.to_dict(), str(folder)))
+        decisions = register_runs(engine, STUDY, planned, driver="bench:0")
+        for d, p in zip(decisions, planned):
+            template_run(folder, f"nid{d.run_id % 4096:05d}", 100.0 + d.run_id % 997)
+            ingest_run(engine, d.run_id, folder)
+        made += len(planned)
+        rate = made / (time.perf_counter() - t0)
+        print(f"  {made}/{runs} runs registered and ingested ({rate:.0f} runs/s)", flush=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=100_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--keep", default=None, help="build (or reuse) the database at this file and keep it")
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-db-scale-"))
+    db = Path(args.keep).absolute() if args.keep else scratch / "scale.db"
+    url = f"sqlite:///{db}"
+    if not db.exists():
+        print(f"building a database of {args.runs} runs with register_runs + ingest_run ...", flush=True)
+        seconds = build(url, args.runs, scratch)
+        print(f"built in {seconds:.0f} s ({args.runs / seconds:.0f} runs/s)")
+    print(f"database: {db.stat().st_size / 2**20:.0f} MiB")
+    env = {**os.environ, "SCALESTUDY_DB_URL": url}
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    for _ in range(args.repeats):   # interleaved: every command once per round
+        for name, argv in COMMANDS.items():
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch, env=env,
+                                  capture_output=True, text=True)
+            times[name].append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"scalestudy {' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+    print(f"\nwall time of each command as a user runs it (new process), median of {args.repeats} (min-max):")
+    for name, xs in times.items():
+        med = statistics.median(xs)
+        print(f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s")
+    bare = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - t0)
+    print(f"  (python -c pass alone: {statistics.median(bare):.2f} s)")
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
