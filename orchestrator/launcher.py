@@ -69,6 +69,8 @@ class SweepObserver(Protocol):
 
     # Optional: ``before_launch(job) -> bool``, asked right before each job is submitted
     # (False: skip it, e.g. another sweep has taken the run over while it waited).
+    # Optional: ``records_results = True`` when the observer stores what it needs from each
+    # ended job: the JobReturns the launcher hands back to Hydra then carry no configs.
     # Optional: ``absorbs_failures = True`` when the observer records failed jobs itself;
     # the launcher then returns them as completed (value ``FAILED``) instead of letting
     # Hydra's sweeper raise the first one after the sweep.
@@ -99,7 +101,8 @@ def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optiona
         set_thread_launch(*local_launch)
     setup_globals()
     Singleton.set_state(singleton_state)
-    HydraConfig.instance().set_config(config)
+    if _subdir_reads_hydra(config):   # run_job sets it itself, after resolving the subdir
+        HydraConfig.instance().set_config(config)
     old_cwd = os.getcwd()
     origin = OmegaConf.select(config, "hydra.runtime.cwd")
     if origin and os.path.isdir(origin):  # run where the user launched from, as Hydra's basic launcher does
@@ -110,6 +113,13 @@ def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optiona
     finally:
         os.chdir(old_cwd)
     return ret if in_process else cloudpickle.dumps(ret)
+
+
+def _subdir_reads_hydra(config: DictConfig) -> bool:
+    """Whether the job's ``hydra.sweep.subdir`` reads Hydra's config through its resolver
+    (``${hydra:job.override_dirname}``), which needs ``HydraConfig.set_config`` first; that
+    deep-copies the hydra node (~10 ms a job), so it is done only then."""
+    return "${hydra:" in str(OmegaConf.to_container(config.hydra.sweep).get("subdir"))
 
 
 def _remove_if_unused(sweep_dir: Path) -> None:
@@ -175,9 +185,12 @@ class ParslLauncher(Launcher):
                 config.hydra.job.id = idx
                 config.hydra.job.num = idx
                 config.hydra.sweep.dir = str(sweep_dir)
-            HydraConfig.instance().set_config(config)
+            if _subdir_reads_hydra(config):
+                HydraConfig.instance().set_config(config)
             subdir = str(OmegaConf.select(config, "hydra.sweep.subdir"))
             jobs.append(SweepJob(idx=idx, overrides=list(overrides), config=config, output_dir=sweep_dir / subdir))
+        if jobs:
+            HydraConfig.instance().set_config(jobs[-1].config)
         return jobs
 
     def _size(self, job: SweepJob, site, observer) -> None:
@@ -261,6 +274,11 @@ class ParslLauncher(Launcher):
                     with phase("ingest"):
                         if observer.on_job_end(job, ret):   # a retry: the job goes back in the queue
                             queued.append(job)
+                            return
+                    if getattr(observer, "records_results", False):
+                        # the observer has stored what it needs: the job's config copies (~0.2 MB a
+                        # run) need not be held to the end of a sweep of thousands
+                        ret.cfg = ret.hydra_cfg = None
 
             watch_lost = observer is not None and hasattr(observer, "lost_jobs") and \
                 hasattr(pool, "ended_batch_jobs")

@@ -123,6 +123,7 @@ def sweep_site(config: DictConfig) -> SiteConfig:
 
 class SweepRecorder:
     absorbs_failures = True   # failed runs are recorded here; the CLI's exit status reports them
+    records_results = True    # every ended run is in the database: the launcher drops its configs
     last_outcome: dict | None = None  # {"study", "submitted", "failed"} of the last sweep this process ran
 
     def __init__(self, config: DictConfig) -> None:
