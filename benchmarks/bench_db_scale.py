@@ -85,6 +85,32 @@ def build(url: str, runs: int, scratch: Path) -> float:
     return time.perf_counter() - t0
 
 
+def in_process(url: str, repeats: int) -> None:
+    """The database work of each command, timed inside one process (imports done): what grows
+    with the number of runs, apart from the interpreter and library start-up above."""
+    from results_db import compare, connect, query
+
+    engine = connect(url, upgrade=False)
+    work = {
+        "status counts": lambda: query.status_counts(engine),
+        "status --study: the last 20 runs": lambda: query.runs(
+            engine, study=STUDY, run_ids=query.recent_run_ids(engine, STUDY, 20)),
+        "query --where (64 nodes, sync, batch 32)": lambda: query.runs(
+            engine, study=STUDY, where=["nodes=64", "algorithm=sync", "batch_size=32"]),
+        "query --group-by nodes (count, mean, std)": lambda: compare.aggregate(
+            engine, ["nodes"], {"throughput": ["count", "mean", "std"]}, study=STUDY),
+        "every run into a DataFrame (query --format csv)": lambda: query.runs(engine, study=STUDY),
+    }
+    print(f"\nthe same database work inside one process, median of {repeats} (min-max):")
+    for name, fn in work.items():
+        xs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            rows = len(fn())
+            xs.append(time.perf_counter() - t0)
+        print(f"  {name:48s} {statistics.median(xs):.3f} s ({min(xs):.3f}-{max(xs):.3f}), {rows} rows")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=100_000)
@@ -113,12 +139,15 @@ def main() -> None:
     for name, xs in times.items():
         med = statistics.median(xs)
         print(f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s")
-    bare = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        bare.append(time.perf_counter() - t0)
-    print(f"  (python -c pass alone: {statistics.median(bare):.2f} s)")
+    for what, code in (("python -c pass", "pass"), ("python -c 'import pandas, sqlalchemy'",
+                                                      "import pandas, sqlalchemy")):
+        bare = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            bare.append(time.perf_counter() - t0)
+        print(f"  ({what} alone: {statistics.median(bare):.2f} s)")
+    in_process(url, args.repeats)
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
 

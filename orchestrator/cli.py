@@ -267,10 +267,14 @@ def _fail(message: str) -> int:
     return 2
 
 
+RECENT_RUNS = 20
+
+
 def _status(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="scalestudy status", description="Runs per study and state.")
     parser.add_argument("--study", default=None)
-    parser.add_argument("--runs", action="store_true", help="list every run, not only the counts")
+    parser.add_argument("--runs", action="store_true",
+                        help="list every run (with --study alone: the last %d registered)" % RECENT_RUNS)
     parser.add_argument("--failed", action="store_true",
                         help="list failed, timed-out and partial runs with their reason and log")
     _db_args(parser)
@@ -295,8 +299,16 @@ def _status(argv: Sequence[str]) -> int:
     _print_sweep_drivers(engine, args.study)
     if args.failed:
         print_failed_runs(engine, study=args.study)
-    elif args.runs or args.study:
+    elif args.runs:
         print_runs_table(engine, study=args.study)
+    elif args.study:   # a study of thousands of runs: the last few, not a table of all of them
+        ids = query.recent_run_ids(engine, args.study, RECENT_RUNS)
+        total = int(counts["total"].sum())
+        print_runs_table(engine, run_ids=ids, study=args.study,
+                         title="runs" if total <= len(ids) else f"the last {len(ids)} of {total} runs")
+        if total > len(ids):
+            print(f"(all {total}: scalestudy status --study {args.study} --runs, or scalestudy query --study "
+                  f"{args.study} --format csv --out runs.csv)")
     return 0
 
 

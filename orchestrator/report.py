@@ -72,7 +72,7 @@ def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, s
     render(with_json_keys(engine, frame, study, where, run_ids), "table", title=title)
 
 
-from results_db.report.tables import FAILED_STATES  # noqa: E402 - one definition of the states a run failed in
+from results_db.columns import FAILED_STATES  # noqa: E402 - one definition (not results_db.report: matplotlib)
 
 
 def print_failed_runs(engine, study: str | None = None) -> None:

@@ -11,6 +11,9 @@ import re
 
 from .schema import runs_table
 
+# the states a run ends in when it did not finish well (status --failed, the report's failures)
+FAILED_STATES = ("failed", "timeout", "partial", "lost")
+
 # bookkeeping columns a reader never needs (the whole spec is in ``config`` and the columns)
 _HIDDEN = ("id", "study_id", "spec", "driver", "heartbeat", "ingested_at")
 RUN_COLUMNS = ("run_id", "study", *(c.name for c in runs_table.columns if c.name not in _HIDDEN))

@@ -267,6 +267,14 @@ def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
+def recent_run_ids(engine: Engine, study: str, limit: int) -> list[int]:
+    """The ``limit`` runs of ``study`` registered last (latest attempts), for a short listing."""
+    stmt = (select(Run.id).join(Study, Run.study_id == Study.id)
+            .where(Study.name == study, Run.latest.is_(True)).order_by(Run.id.desc()).limit(limit))
+    with Session(engine) as session:
+        return list(session.scalars(stmt))
+
+
 def status_counts(engine: Engine, study: str | None = None) -> pd.DataFrame:
     """Runs per study and state (of each run's latest attempt): the overview ``scalestudy status``
     shows; ``earlier_attempts`` counts the attempts kept beside them (reruns, retries)."""

@@ -12,10 +12,10 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from .. import compare
+from ..columns import FAILED_STATES  # noqa: F401 - re-exported
 from ..figures import derived
 from ..figures.data import RESOURCE_AXES, StudyRuns, label_of, setting
 
-FAILED_STATES = ("failed", "timeout", "partial", "lost")
 # fields shown among the fixed settings: what a reader needs to know trained, not bookkeeping
 _FIXED_HIDDEN = ("study", "command", "params", "metric_patterns", "run_timeout", "schema", "dataset_path")
 
