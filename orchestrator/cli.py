@@ -280,9 +280,7 @@ def _status(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import query
-
-    from .report import print_failed_runs, print_runs_table, render
+    from results_db.runs import status_table
 
     try:
         engine = _open_for_reading(args.db)
@@ -291,25 +289,43 @@ def _status(argv: Sequence[str]) -> int:
         return 0
     except _OlderSchema as exc:
         return _fail(str(exc))
-    counts = query.status_counts(engine, args.study)
-    if counts.empty:
+    columns, rows = status_table(engine, args.study)   # counted in SQL: no pandas for the overview
+    if not rows:
         print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
         return 0
-    render(counts, "table", title="runs per state")
+    _print_counts(columns, rows)
     _print_sweep_drivers(engine, args.study)
+    if not (args.failed or args.runs or args.study):
+        return 0
+    from results_db import query
+
+    from .report import print_failed_runs, print_runs_table
+
     if args.failed:
         print_failed_runs(engine, study=args.study)
     elif args.runs:
         print_runs_table(engine, study=args.study)
-    elif args.study:   # a study of thousands of runs: the last few, not a table of all of them
+    else:   # a study of thousands of runs: the last few, not a table of all of them
         ids = query.recent_run_ids(engine, args.study, RECENT_RUNS)
-        total = int(counts["total"].sum())
+        total = sum(row[columns.index("total")] for row in rows)
         print_runs_table(engine, run_ids=ids, study=args.study,
                          title="runs" if total <= len(ids) else f"the last {len(ids)} of {total} runs")
         if total > len(ids):
             print(f"(all {total}: scalestudy status --study {args.study} --runs, or scalestudy query --study "
                   f"{args.study} --format csv --out runs.csv)")
     return 0
+
+
+def _print_counts(columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="runs per state", show_lines=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console(width=None if sys.stdout.isatty() else 250).print(table)
 
 
 def _print_sweep_drivers(engine, study: str | None) -> None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 import pandas as pd
-from sqlalchemy import JSON, Boolean, DateTime, Engine, Float, Integer, func, select
+from sqlalchemy import JSON, Boolean, DateTime, Engine, Float, Integer, select
 from sqlalchemy.orm import Session
 
 from .schema import Eval, Event, Round, Run, Step, StepStat, Study, runs_table
@@ -278,30 +278,7 @@ def recent_run_ids(engine: Engine, study: str, limit: int) -> list[int]:
 def status_counts(engine: Engine, study: str | None = None) -> pd.DataFrame:
     """Runs per study and state (of each run's latest attempt): the overview ``scalestudy status``
     shows; ``earlier_attempts`` counts the attempts kept beside them (reruns, retries)."""
-    stmt = (select(Study.name.label("study"), Run.status, func.count(Run.id).label("runs"))
-            .join(Study, Run.study_id == Study.id).where(Run.latest.is_(True))
-            .group_by(Study.name, Run.status).order_by(Study.name))
-    if study:
-        stmt = stmt.where(Study.name == study)
-    with Session(engine) as session:
-        rows = session.execute(stmt).all()
-    frame = pd.DataFrame(rows, columns=["study", "status", "runs"])
-    if frame.empty:
-        return pd.DataFrame(columns=["study", "pending", "running", "done", "failed", "total", "earlier_attempts"])
-    wide = frame.pivot_table(index="study", columns="status", values="runs", fill_value=0, aggfunc="sum")
-    for state in ("pending", "running", "done", "failed"):
-        if state not in wide:
-            wide[state] = 0
-    # every state the database holds is counted: the usual four always, others (partial, timeout) when present
-    order = ["pending", "running", "done", "partial", "failed", "timeout", "lost"]
-    states = [s for s in order if s in wide] + sorted(s for s in wide.columns if s not in order)
-    wide = wide[states].astype(int)
-    wide["total"] = wide.sum(axis=1)
-    earlier = (select(Study.name, func.count(Run.id)).join(Study, Run.study_id == Study.id)
-               .where(Run.latest.is_(False)).group_by(Study.name))
-    if study:
-        earlier = earlier.where(Study.name == study)
-    with Session(engine) as session:
-        counts = dict(session.execute(earlier).all())
-    wide["earlier_attempts"] = [int(counts.get(name, 0)) for name in wide.index]
-    return wide.reset_index()
+    from .runs import status_table
+
+    columns, rows = status_table(engine, study)
+    return pd.DataFrame(rows, columns=columns)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from workloads.spec import FIELDS
@@ -276,3 +276,35 @@ def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed",
 def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:
     with Session(writer(engine)) as session, session.begin():
         session.execute(update(Run).where(Run.id == run_id).values(run_dir=run_dir))
+
+
+# the states ``status`` always shows, in order, then any other a database holds
+_USUAL_STATES = ("pending", "running", "done", "failed")
+_STATE_ORDER = ("pending", "running", "done", "partial", "failed", "timeout", "lost")
+
+
+def status_table(engine: Engine, study: str | None = None) -> tuple[list[str], list[list[Any]]]:
+    """Runs per study and state (of each run's latest attempt) and the earlier attempts kept
+    beside them (reruns, retries): columns and rows, counted in SQL. ``scalestudy status``
+    prints it without importing pandas (half of its start-up); ``query.status_counts`` is
+    the same as a DataFrame."""
+    stmt = (select(Study.name, Run.status, Run.latest, func.count(Run.id)).join(Study, Run.study_id == Study.id)
+            .group_by(Study.name, Run.status, Run.latest))
+    if study:
+        stmt = stmt.where(Study.name == study)
+    with Session(engine) as session:
+        counted = session.execute(stmt).all()
+    per_study: dict[str, dict[str, int]] = {}
+    earlier: dict[str, int] = {}
+    for name, status, latest, n in counted:
+        if latest:
+            per_study.setdefault(name, {})[status] = per_study.setdefault(name, {}).get(status, 0) + n
+        else:
+            earlier[name] = earlier.get(name, 0) + n
+    present = {s for states in per_study.values() for s in states}
+    states = [s for s in _STATE_ORDER if s in _USUAL_STATES or s in present] + \
+        sorted(s for s in present if s not in _STATE_ORDER)
+    columns = ["study", *states, "total", "earlier_attempts"]
+    rows = [[name, *(per_study[name].get(s, 0) for s in states), sum(per_study[name].values()), earlier.get(name, 0)]
+            for name in sorted(per_study)]
+    return columns, rows

@@ -139,6 +139,31 @@ def test_query_filters_and_frames(engine, finished_run):
     assert counts.loc["s", "done"] == 1 and counts.loc["s", "pending"] == 2 and counts.loc["s", "total"] == 3
 
 
+def test_status_counts_every_state_and_earlier_attempt(engine, finished_run):
+    """``status`` counts in SQL without pandas: checked against a count of the rows themselves."""
+    a = register_runs(engine, "a", [_plan(finished_run, key=f"a{n}", nodes=n) for n in (1, 2, 4, 8)])
+    b = register_runs(engine, "b", [_plan(finished_run, key="b1")])
+    ingest_run(engine, a[0].run_id, finished_run)
+    mark_failed(engine, a[1].run_id, "boom")
+    mark_failed(engine, a[2].run_id, "too slow", status="timeout")
+    register_runs(engine, "a", [_plan(finished_run, key="a2", nodes=2)])   # a retry: attempt 2, pending
+    mark_failed(engine, b[0].run_id, "node died", status="lost")
+    frame = query.status_counts(engine).set_index("study")
+    assert list(frame.columns) == ["pending", "running", "done", "failed", "timeout", "lost", "total",
+                                   "earlier_attempts"]
+    with Session(engine) as s:
+        for study, study_id in (("a", a[0].run_id), ("b", b[0].run_id)):
+            sid = s.get(Run, study_id).study_id
+            latest = dict(s.execute(select(Run.status, func.count()).where(Run.study_id == sid, Run.latest)
+                                    .group_by(Run.status)).all())
+            earlier = s.scalar(select(func.count()).where(Run.study_id == sid, Run.latest.is_(False)))
+            row = frame.loc[study]
+            assert {k: int(row[k]) for k in latest} == latest
+            assert int(row["total"]) == sum(latest.values()) and int(row["earlier_attempts"]) == earlier
+    assert frame.loc["a", "earlier_attempts"] == 1 and frame.loc["a", "pending"] == 2   # a2 again and a8
+    assert list(query.status_counts(engine, "b").columns)[-3:] == ["lost", "total", "earlier_attempts"]
+
+
 @pytest.mark.parametrize("where, words", [
     ("nodes>>2", "cannot read filter"),
     ("bogus=1", "unknown column 'bogus'"),
