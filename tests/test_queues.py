@@ -96,6 +96,28 @@ def test_dry_run_shows_queues_and_charge(tmp_path):
     assert "charged at most: 128 node(s) x 01:00:00 = 128.00 node-hours" in out
     assert "node-hours charged at most: 130.00" in out
     assert "a real sweep would stop here" in proc.stderr   # the mpich wheel is in this environment
+    # both allocation modes: per node count (this sweep's) and the whole sweep in one 128-node job
+    assert "allocation: per_size (this sweep's): 2 batch job(s), 130.00 node-hours" in out
+    assert "allocation: packed (with allocation=packed): 1 batch job(s), 128.00 node-hours" in out
+    assert "batch job for every run (2, 128 node(s)) in 128 nodes" in out and "theta-128n-packed" in out
+    table = out[out.index("allocation   batch jobs"):].splitlines()
+    assert table[1].split()[:3] == ["per_size", "2", "130.00"] and table[2].split()[:3] == ["packed", "1", "128.00"]
+
+
+def test_packed_dry_run_uses_the_queue_that_takes_the_whole_sweep(tmp_path):
+    """Packed, the 2-node runs ride in the 128-node job: one job in queue default, no debug job."""
+    proc = scalestudy("sweep", "site=theta", "nodes=2,128", "workers_per_node=2", "epochs=1", "allocation=packed",
+                      "--dry-run", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "allocation: packed (this sweep's): 1 batch job(s), 128.00 node-hours" in out
+    assert "node-hours charged at most: 128.00 — one batch job for the whole sweep" in out
+    packed = out[:out.index("allocation: per_size")]
+    assert "-q default" in packed and "-q debug-cache-quad" not in packed
+    too_small = scalestudy("sweep", "site=theta", "nodes=2,128", "allocation=packed", "allocation_nodes=64",
+                           "--dry-run", cwd=tmp_path, timeout=120)
+    assert too_small.returncode == 2 and len(too_small.stderr.strip().splitlines()) == 1
+    assert "nodes=128: larger than the packed allocation of 64 node(s)" in too_small.stderr
 
 
 def test_sweep_refused_by_queue_limits_writes_nothing(tmp_path):
