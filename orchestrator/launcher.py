@@ -277,8 +277,10 @@ class ParslLauncher(Launcher):
                             return
                     if getattr(observer, "records_results", False):
                         # the observer has stored what it needs: the job's config copies (~0.2 MB a
-                        # run) need not be held to the end of a sweep of thousands
+                        # run) and its result need not be held to the end of a sweep of thousands
                         ret.cfg = ret.hydra_cfg = None
+                        if ret.status == JobStatus.COMPLETED:
+                            ret._return_value = None
 
             watch_lost = observer is not None and hasattr(observer, "lost_jobs") and \
                 hasattr(pool, "ended_batch_jobs")
@@ -289,12 +291,14 @@ class ParslLauncher(Launcher):
                                                           return_when=concurrent.futures.FIRST_COMPLETED)
                 pending.intersection_update(still)
                 for fut in done:
-                    job_ended(futures[fut], self._job_return(futures[fut], fut))
+                    job = futures.pop(fut)   # ended: nothing of it is held for the rest of the sweep
+                    job_ended(job, self._job_return(job, fut))
                 if watch_lost and pending:
                     lost = observer.lost_jobs([futures[f] for f in pending], pool.ended_batch_jobs)
                     for fut in [f for f in pending if futures[f].idx in lost]:
                         pending.discard(fut)   # abandoned: its worker went with its batch job
-                        job_ended(futures[fut], self._failed_return(futures[fut], lost[futures[fut].idx]))
+                        job = futures.pop(fut)
+                        job_ended(job, self._failed_return(job, lost[job.idx]))
                 submit_more()
                 if observer and pending:
                     with phase("poll"):
