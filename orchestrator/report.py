@@ -40,9 +40,26 @@ def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, ou
         frame.to_csv(sys.stdout, index=False)
     elif fmt == "json":
         sys.stdout.write(frame.to_json(orient="records", date_format="iso") + "\n")
+    elif len(frame) > RICH_ROWS:
+        sys.stdout.write(_plain(frame, title))
     else:
         # Piped output keeps whole rows rather than rich's 80-column default.
         Console(width=None if sys.stdout.isatty() else 250).print(_table(frame, title))
+
+
+# rich lays a table out cell by cell: ~8 ms a row of 15 columns, 3.5 s for 456 runs; longer
+# tables are printed as aligned plain text (the same cells), ~100x faster
+RICH_ROWS = 100
+
+
+def _plain(frame: pd.DataFrame, title: str | None) -> str:
+    cells = [[str(c) for c in frame.columns]] + [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
+    right = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(frame.columns))]
+    lines = ["  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(row, widths, right)).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return (f"{title} ({len(frame)} rows)\n" if title else "") + "\n".join(lines) + "\n"
 
 
 def _table(frame: pd.DataFrame, title: str | None) -> Table:
@@ -79,7 +96,8 @@ def print_failed_runs(engine, study: str | None = None) -> None:
     """Each failed, timed-out or partial run: its configuration, its reason, where its log is."""
     from pathlib import Path
 
-    frame = query.runs(engine, study=study, where=None,
+    # filtered in SQL first: a study of 100,000 runs has a handful that failed
+    frame = query.runs(engine, study=study, where=[f"status!={s}" for s in ("done", "pending", "running")],
                        columns=["run_id", "study", "status", "nodes", "workers_per_node", "algorithm", "error", "run_dir"])
     frame = frame[frame["status"].isin(FAILED_STATES)]
     if frame.empty:

@@ -61,6 +61,9 @@ def hashable(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     for column in out.columns:
         values = out[column]
+        if values.dtype != object and not column.startswith("params."):
+            continue   # a typed column (numbers, times) holds nothing to make hashable: 100k rows skipped
+
         if values.map(lambda v: isinstance(v, (list, dict, tuple))).any():
             out[column] = values.map(lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
                                      if isinstance(v, (list, dict, tuple)) else v)

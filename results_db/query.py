@@ -139,6 +139,13 @@ def parse_where(where: str | Sequence[str] | None) -> list:
     return conditions
 
 
+def _tuples(rows) -> list[tuple]:
+    """SQLAlchemy rows as plain tuples for pandas: given ``Row`` objects, pandas probes each for
+    attributes (``hasattr``), and every miss raises and catches an exception inside SQLAlchemy —
+    2 s for 100,000 runs of two columns, against 0.1 s for the tuples."""
+    return [tuple(r) for r in rows]
+
+
 def _ids(run_ids: Sequence[int]) -> list[int]:
     """Plain ints: a pandas column of numpy integers would not bind."""
     return [int(i) for i in run_ids]
@@ -199,7 +206,7 @@ def runs(engine: Engine, study: str | None = None, where: str | Sequence[str] | 
         rows = [r for r in rows if all(j.matches(r[names.index(j.field if j.field in base else f"__{j.field}")])
                                        for j in json_filters)]
         rows = [r[:len(base)] for r in rows]
-    frame = pd.DataFrame(rows, columns=base)
+    frame = pd.DataFrame(_tuples(rows), columns=base)
     for field in JSON_FIELDS:
         if field in frame.columns:
             keys = [c.split(".", 1)[1] for c in dotted if c.startswith(field + ".")] if columns else None
