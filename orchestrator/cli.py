@@ -594,20 +594,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return _fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from results_db.store import safe_url, scrub
-
-    from .errors import ScalestudyError
-
     try:
         return COMMANDS[command](rest)
-    except ScalestudyError as exc:
-        return _fail(str(exc))
-    except SQLAlchemyError as exc:
-        url = _db_url_from(rest)
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        return _fail(f"database {safe_url(url)}: {scrub(first, url)}")
+    except Exception as exc:
+        # imported only now: .errors imports Hydra (0.2 s), which `status` otherwise never needs
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from results_db.store import safe_url, scrub
+
+        from .errors import ScalestudyError
+
+        if isinstance(exc, ScalestudyError):
+            return _fail(str(exc))
+        if isinstance(exc, SQLAlchemyError):
+            url = _db_url_from(rest)
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            return _fail(f"database {safe_url(url)}: {scrub(first, url)}")
+        raise
 
 
 def _db_url_from(args: Sequence[str]) -> str:

@@ -103,6 +103,7 @@ runs_table = Table(
     Column("ingested_at", DateTime(timezone=True)),
     UniqueConstraint("study_id", "run_key", "attempt", name="uq_runs_study_run_attempt"),
     Index("ix_runs_study_algorithm_nodes", "study_id", "algorithm", "nodes"),
+    Index("ix_runs_study_status_latest", "study_id", "status", "latest"),   # status counts from the index
 )
 
 

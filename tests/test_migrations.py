@@ -56,7 +56,8 @@ def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
         assert conn.execute(text("select top1 from evals")).scalar() == 0.9
         tables = set(inspect(conn).get_table_names())
     assert {"events", "step_stats", "rounds"} <= tables
-    assert "ix_runs_study_algorithm_nodes" in {i["name"] for i in inspect(engine).get_indexes("runs")}
+    indexes = {i["name"] for i in inspect(engine).get_indexes("runs")}
+    assert {"ix_runs_study_algorithm_nodes", "ix_runs_study_status_latest"} <= indexes   # 0005: status counts
     # 0004: the old run is its first and latest attempt; (study, run_key) no longer unique, the attempt is
     from results_db.runs import new_attempt
 
