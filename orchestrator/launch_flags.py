@@ -53,3 +53,20 @@ def failure_flags(site: SiteConfig) -> str:
 def launch_flags(site: SiteConfig, threads_per_rank: int, ranks_per_node: int = 1) -> str:
     """Everything scalestudy adds to the site's own ``launcher_options`` for one run."""
     return " ".join(x for x in (failure_flags(site), binding_flags(site, threads_per_rank, ranks_per_node)) if x)
+
+
+def aprun_node_list(words: list[str]) -> list[str]:
+    """An aprun command as Parsl composes it, with the node list spelled as aprun takes it.
+
+    Parsl writes ``aprun ... -node-list nid03835,nid03836``; Cray's aprun places on given nodes
+    with ``-L node_list``, "a comma-separated list of node IDs" (Cray, "Running Applications",
+    S-2496: ``aprun ... [-L node_list]``), the numbers ``COBALT_PARTNAME`` lists and the
+    ``nidNNNNN`` names carry. Without it runs packed into one job would not get the nodes Parsl
+    gave them. Other commands come back unchanged."""
+    if not words or words[0] != "aprun" or "-node-list" not in words:
+        return words
+    i = words.index("-node-list")
+    if i + 1 >= len(words):
+        return words
+    ids = [str(int(n[3:])) if n.startswith("nid") and n[3:].isdigit() else n for n in words[i + 1].split(",")]
+    return [*words[:i], "-L", ",".join(ids), *words[i + 2:]]

@@ -54,7 +54,9 @@ def launch_prefix(spec: RunSpec) -> list[str]:
     """This run's prefix (Parsl's ``$PARSL_MPI_PREFIX``, sized for it), or plain ``mpiexec -n N``."""
     prefix = getattr(_thread_launch, "prefix", None) or os.environ.get("PARSL_MPI_PREFIX")
     if prefix:
-        return shlex.split(prefix)
+        from .launch_flags import aprun_node_list
+
+        return aprun_node_list(shlex.split(prefix))
     return ["mpiexec", "-n", str(spec.world_size)]
 
 

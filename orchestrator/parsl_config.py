@@ -27,7 +27,7 @@ from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 from parsl.launchers import SimpleLauncher
 from parsl.providers import PBSProProvider, SlurmProvider
 
-from .launch_flags import binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
+from .launch_flags import aprun_node_list, binding_flags, failure_flags, launch_flags  # noqa: F401 - re-exported
 from .providers import CobaltProvider
 from .mpi_env import batch_environment, env_bin_dir
 from .allocation import batch_jobs
@@ -179,8 +179,13 @@ def preview_batch_script(site: SiteConfig, nodes: int, run_dir: Path) -> tuple[s
 
 
 def preview_launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_options: str) -> str:
-    """``$PARSL_MPI_PREFIX`` for a run, composed by Parsl itself on placeholder node names."""
-    return launch_prefix(site, nodes, ranks_per_node, launcher_options, [f"node{i}" for i in range(nodes)])
+    """``$PARSL_MPI_PREFIX`` for a run, composed by Parsl itself on placeholder node names (Theta's
+    ``nid`` form for aprun), as the run will use it."""
+    import shlex
+
+    hosts = [f"nid{i:05d}" if site.mpi_launcher == "aprun" else f"node{i}" for i in range(nodes)]
+    return shlex.join(aprun_node_list(shlex.split(launch_prefix(site, nodes, ranks_per_node, launcher_options,
+                                                                  hosts))))
 
 
 def launch_prefix(site: SiteConfig, nodes: int, ranks_per_node: int, launcher_options: str,

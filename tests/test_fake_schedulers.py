@@ -118,7 +118,7 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
 @pytest.mark.parametrize("flavor, site", [("cobalt", "fake_cobalt.yaml"), ("pbs", "fake_pbs.yaml")])
 def test_packed_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     """allocation=packed through the stand-ins: one qsub of 4 nodes; inside it Parsl's MPIExecutor
-    gives each run nodes of its own, which reach aprun's -node-list (Theta's nid names from
+    gives each run nodes of its own, which reach aprun's -L (Theta's node IDs from
     COBALT_PARTNAME) or PALS mpiexec's -hosts (Polaris-style names from PBS_NODEFILE, checked by
     the stand-in against the job's nodes); runs that overlapped in time had disjoint node sets."""
     env = _stand_in(tmp_path, flavor)
@@ -136,7 +136,7 @@ def test_packed_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     else:
         script = Path(qsubs[0][-1]).read_text()
         assert "#PBS -l select=4:" in script
-    launcher, flag = ("aprun", "-node-list") if flavor == "cobalt" else ("mpiexec", "-hosts")
+    launcher, flag = ("aprun", "-L") if flavor == "cobalt" else ("mpiexec", "-hosts")
     launches = [c for c in calls if c["tool"] == launcher]
     engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
     with Session(engine) as s:
@@ -210,11 +210,12 @@ def test_cobalt_stand_in_refuses_what_cobalt_refuses(tmp_path):
 
 
 @pytest.mark.parametrize("argv, reason", [
-    (["-n", "4", "-N", "2", "-node-list", "nid00000,nid00001", "-d", "2", "-cc", "depth", "-j", "1"], "CPUs"),
-    (["-n", "2", "-N", "2", "-node-list", "nid00000", "-d", "1", "-cc", "depth", "-j", "4"], "hardware thread"),
-    (["-n", "2", "-N", "2", "-node-list", "nid00000", "-d", "1"], "-cc depth"),
-    (["-n", "2", "-N", "2", "-node-list", "nid00000", "--depth=1"], "unknown option"),
-    (["-n", "3", "-N", "2", "-node-list", "nid00000", "-d", "1", "-cc", "depth"], "does not match"),
+    (["-n", "4", "-N", "2", "-L", "0,1", "-d", "2", "-cc", "depth", "-j", "1"], "CPUs"),
+    (["-n", "2", "-N", "2", "-L", "0", "-d", "1", "-cc", "depth", "-j", "4"], "hardware thread"),
+    (["-n", "2", "-N", "2", "-L", "0", "-d", "1"], "-cc depth"),
+    (["-n", "2", "-N", "2", "-L", "0", "--depth=1"], "unknown option"),
+    (["-n", "2", "-N", "2", "-node-list", "nid00000"], "unknown option"),   # Parsl's spelling: aprun takes -L
+    (["-n", "3", "-N", "2", "-L", "0", "-d", "1", "-cc", "depth"], "does not match"),
 ])
 def test_aprun_stand_in_checks_binding(tmp_path, argv, reason):
     """2 cores x 2 hardware threads a node: 2 ranks x -d 2 needs -j 2; -j 4 is more than a core has."""
@@ -222,7 +223,7 @@ def test_aprun_stand_in_checks_binding(tmp_path, argv, reason):
     aprun = str(Path(env["FAKE_SCHED_BIN"]) / "aprun")
     out = subprocess.run([aprun, *argv, "true"], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and reason in out.stderr, out.stderr
-    fits = ["-n", "4", "-N", "2", "-node-list", "nid00000,nid00001", "-d", "2", "-cc", "depth", "-j", "2"]
+    fits = ["-n", "4", "-N", "2", "-L", "0,1", "-d", "2", "-cc", "depth", "-j", "2"]
     assert subprocess.run([aprun, *fits, "true"], env=env, capture_output=True, text=True).returncode == 0
 
 

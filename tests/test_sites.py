@@ -133,3 +133,13 @@ def test_the_local_site_refuses_what_it_cannot_do(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=words):
             load_site(str(path))
+
+
+def test_aprun_gets_its_node_list_as_node_ids():
+    """Parsl composes ``-node-list nid03835,...``; Cray's aprun takes ``-L 3835,...``."""
+    from orchestrator.launch_flags import aprun_node_list
+
+    words = ["aprun", "-n", "4", "-N", "2", "-node-list", "nid03835,nid03840", "-d", "1", "python"]
+    assert aprun_node_list(words) == ["aprun", "-n", "4", "-N", "2", "-L", "3835,3840", "-d", "1", "python"]
+    other = ["srun", "--ntasks", "2", "--nodelist", "n1,n2"]
+    assert aprun_node_list(other) == other

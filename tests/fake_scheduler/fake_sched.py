@@ -218,13 +218,13 @@ def _int(flag: str, value: str) -> int:
 
 
 def aprun(args: list) -> None:
-    """Cray's aprun: -n total -N per node -node-list nids [-d depth -cc depth -j n] cmd...
+    """Cray's aprun: -n total -N per node -L node IDs [-d depth -cc depth -j n] cmd...
 
     Binding as Theta documents it: -j is 1, 2 or 4 hardware threads per core (at most the
     node's), -d counts CPUs in that mode, and the ranks of a node need N x d <= cores x j."""
     opts, i = {}, 0
     while i < len(args) and args[i].startswith("-"):
-        if args[i] not in ("-n", "-N", "-node-list", "-d", "-cc", "-j"):
+        if args[i] not in ("-n", "-N", "-L", "-d", "-cc", "-j"):
             die(f"unknown option {args[i]}")
         if i + 1 >= len(args):
             die(f"option {args[i]} needs a value")
@@ -234,9 +234,15 @@ def aprun(args: list) -> None:
     if not cmd:
         die("no program to run")
     n, per = _int("-n", opts.get("-n", "")), _int("-N", opts.get("-N", ""))
-    nodes = opts.get("-node-list", "").split(",")
-    if len(nodes) * per != n or not all(re.match(r"^nid\d{5}$", x) for x in nodes):
-        die(f"-n {n} -N {per} does not match -node-list {opts.get('-node-list')}")
+    nodes = opts.get("-L", "").split(",")
+    if len(nodes) * per != n or not all(re.match(r"^\d+$", x) for x in nodes):
+        die(f"-n {n} -N {per} does not match -L {opts.get('-L')} (node IDs, e.g. 3835,3836)")
+    if os.environ.get("COBALT_PARTNAME"):   # only the job's own nodes
+        mine = {int(x) for part in os.environ["COBALT_PARTNAME"].split(",")
+                for x in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+        for x in nodes:
+            if int(x) not in mine:
+                die(f"-L {x}: not a node of this job ({os.environ['COBALT_PARTNAME']})")
     cores, threads = node_shape()
     depth = _int("-d", opts["-d"]) if "-d" in opts else 1
     j = _int("-j", opts["-j"]) if "-j" in opts else 1
