@@ -102,7 +102,7 @@ def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optiona
         set_thread_launch(*local_launch)
     setup_globals()
     Singleton.set_state(singleton_state)
-    if _subdir_reads_hydra(config):   # run_job sets it itself, after resolving the subdir
+    if _subdir_reads_hydra(config):   # run_job sets it again itself
         HydraConfig.instance().set_config(config)
     old_cwd = os.getcwd()
     origin = OmegaConf.select(config, "hydra.runtime.cwd")
@@ -117,10 +117,12 @@ def _run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optiona
 
 
 def _subdir_reads_hydra(config: DictConfig) -> bool:
-    """Whether the job's ``hydra.sweep.subdir`` reads Hydra's config through its resolver
-    (``${hydra:job.override_dirname}``), which needs ``HydraConfig.set_config`` first; that
-    deep-copies the hydra node (~10 ms a job), so it is done only then."""
-    return "${hydra:" in str(OmegaConf.to_container(config.hydra.sweep).get("subdir"))
+    """Whether resolving the job's ``hydra.sweep.subdir`` may need ``HydraConfig.set_config``
+    first (``${hydra:job.override_dirname}``, or a key of the app that reads it). That call
+    deep-copies the hydra node (~10 ms a job), so it is skipped only for a subdir that is
+    plainly the job's number or id (Hydra's default, scalestudy's)."""
+    subdir = str(OmegaConf.to_container(config.hydra.sweep).get("subdir"))
+    return subdir not in ("${hydra.job.num}", "${hydra.job.id}")
 
 
 def _remove_if_unused(sweep_dir: Path) -> None:

@@ -40,9 +40,16 @@ logging.getLogger("parsl").propagate = False
 log = logging.getLogger(__name__)
 
 
-# the environment's python3 comes first on the batch job's PATH (mpi_env.batch_environment)
-WORKER_POOL_LAUNCH_CMD = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", "python3 -m orchestrator.worker_pool", 1)
-assert WORKER_POOL_LAUNCH_CMD != DEFAULT_LAUNCH_CMD
+def worker_pool_launch_cmd() -> str:
+    """Parsl's launch command with its worker pool started through ``orchestrator.worker_pool``
+    by this environment's own python3 (by path: a site's ``module load python`` may put another
+    first on the batch job's PATH)."""
+    import shlex
+
+    python = shlex.quote(os.path.join(env_bin_dir(), "python3"))
+    cmd = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", f"{python} -m orchestrator.worker_pool", 1)
+    assert cmd != DEFAULT_LAUNCH_CMD
+    return cmd
 
 
 def _put_env_on_path() -> None:
@@ -116,7 +123,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, node_counts: Iterable[in
                     address="127.0.0.1" if site.name.startswith("local") else None,
                     heartbeat_period=15, heartbeat_threshold=120,
                     # Parsl's worker pool with its MPI backlog fixed (orchestrator/worker_pool.py)
-                    launch_cmd=WORKER_POOL_LAUNCH_CMD,
+                    launch_cmd=worker_pool_launch_cmd(),
                     # CurveZMQ: only worker pools holding this sweep's keys (a private 0700 folder
                     # under runinfo/) may register. Unencrypted, anyone who can reach the
                     # interchange's port can register as a worker, receive tasks, and have the

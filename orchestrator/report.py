@@ -53,7 +53,8 @@ RICH_ROWS = 100
 
 
 def _plain(frame: pd.DataFrame, title: str | None) -> str:
-    cells = [[str(c) for c in frame.columns]] + [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
+    cells = [[str(c) for c in frame.columns]] + [[" ".join(_cell(v).split("\n")) for v in row]
+                                                 for row in frame.itertuples(index=False)]
     right = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
     widths = [max(len(r[i]) for r in cells) for i in range(len(frame.columns))]
     lines = ["  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(row, widths, right)).rstrip()

@@ -173,8 +173,9 @@ class SweepRecorder:
         from .queues import choose_queue
 
         check_runs_fit(site, [s.nodes for s in specs])
-        for n in batch_jobs(site, [s.nodes for s in specs]):
-            choose_queue(site, n)   # a batch job no queue takes is refused before anything is registered
+        if site.allocation != "packed":   # a packed job is sized by the runs that launch (_check_queues)
+            for n in batch_jobs(site, [s.nodes for s in specs]):
+                choose_queue(site, n)   # a batch job no queue takes is refused before anything is registered
         try:
             check_system_mpi(site)
         except ConfigError as exc:
@@ -198,7 +199,7 @@ class SweepRecorder:
         if OmegaConf.select(self.config, "dry_run"):
             self._print_dry_run(jobs, specs)
             return [False] * len(jobs)
-        if self.site.queues:   # before registering: a sweep refused here has written nothing
+        if self.site.queues or self.site.allocation == "packed":   # before registering: refused, nothing written
             done, _ = self._already_done(specs)
             self._check_queues([s for s in specs if run_key(s) not in done])
         self.engine = connect(OmegaConf.select(self.config, "db_url"))

@@ -10,8 +10,13 @@ infinite loop in MPITaskScheduler", open as of parsl 2026.10.26, the version ins
 replaces it with what is below: take every backlogged task out once and offer each
 again; those that do not fit go back to wait for the next task to end.
 
-``parsl_config`` starts blocks with ``python3 -m orchestrator.worker_pool`` in place of
-``process_worker_pool.py``, same arguments.
+Parsl's ``put_task`` (the thread that pulls tasks) and the backlog rescan (the thread that
+returns results) share no lock either: a task found not to fit could reach the backlog just
+after a rescan that freed its nodes, and wait for the next task to end — for ever, if none is
+running. Both are taken under one lock here.
+
+``parsl_config`` starts blocks with this environment's ``python3 -m orchestrator.worker_pool``
+in place of ``process_worker_pool.py``, same arguments.
 """
 
 from __future__ import annotations
@@ -21,18 +26,31 @@ import queue
 import runpy
 import shutil
 import sys
+import threading
+
+# one per worker pool: placing a task and rescanning the backlog never interleave
+_PLACING = threading.RLock()
 
 
 def schedule_backlog_tasks(self) -> None:
     """Offer every backlogged task once (``put_task`` backlogs again those that do not fit)."""
-    waiting = []
-    while True:
-        try:
-            waiting.append(self._backlog_queue.get(block=False))
-        except queue.Empty:
-            break
-    for item in waiting:
-        self.put_task(item.task)
+    with _PLACING:
+        waiting = []
+        while True:
+            try:
+                waiting.append(self._backlog_queue.get(block=False))
+            except queue.Empty:
+                break
+        for item in waiting:
+            self.put_task(item.task)
+
+
+def locked_put_task(original):
+    def put_task(self, task_package: dict):
+        with _PLACING:
+            return original(self, task_package)
+    put_task.__doc__ = original.__doc__
+    return put_task
 
 
 def main() -> None:
@@ -40,6 +58,7 @@ def main() -> None:
 
     scheduler = mpi_resource_management.MPITaskScheduler
     if hasattr(scheduler, "_schedule_backlog_tasks") and hasattr(scheduler, "put_task"):   # else: a Parsl that changed it
+        scheduler.put_task = locked_put_task(scheduler.put_task)
         scheduler._schedule_backlog_tasks = schedule_backlog_tasks
     program = shutil.which("process_worker_pool.py",
                            path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
