@@ -318,13 +318,11 @@ def _status(argv: Sequence[str]) -> int:
 
 def _print_counts(columns: list[str], rows: list[list]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="runs per state", show_lines=False)
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*(str(v) for v in row))
+    from .sweep_table import rows_table
+
+    table = rows_table(columns, [[str(v) for v in row] for row in rows], "runs per state",
+                       [i > 0 for i in range(len(columns))])
     Console(width=None if sys.stdout.isatty() else 250).print(table)
 
 

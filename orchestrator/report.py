@@ -11,7 +11,7 @@ from rich.table import Table
 
 from results_db import query
 
-from .sweep_table import RESULTS, SUMMARY_FIELDS, SWEEP_COLUMNS, cell  # noqa: F401 - SWEEP_COLUMNS re-exported
+from .sweep_table import RESULTS, SUMMARY_FIELDS, SWEEP_COLUMNS, cell, rows_table  # noqa: F401 - SWEEP_COLUMNS re-exported
 
 SUMMARY_COLUMNS = ("run_id", "study", "status", *SUMMARY_FIELDS, "global_batch_size", *RESULTS)
 FORMATS = ("table", "csv", "json", "parquet")
@@ -64,12 +64,8 @@ def _plain(frame: pd.DataFrame, title: str | None) -> str:
 
 
 def _table(frame: pd.DataFrame, title: str | None) -> Table:
-    table = Table(title=title, show_lines=False)
-    for col in frame.columns:
-        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(frame[col]) else "left")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(_cell(v) for v in row))
-    return table
+    return rows_table(list(frame.columns), [[_cell(v) for v in row] for row in frame.itertuples(index=False)],
+                      title, [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns])
 
 
 def with_json_keys(engine, frame: pd.DataFrame, study=None, where=None, run_ids=None,

@@ -302,6 +302,9 @@ def with_overrides(site: SiteConfig, account: Any = None, queue: Any = None, wal
             "", site.allocation if allocation is None else allocation,
             site.allocation_nodes if allocation_nodes is None else allocation_nodes,
             site.provider, site.max_nodes, site.name)
+        if allocation_nodes is not None and changes["allocation"] != "packed":
+            raise ConfigError("allocation_nodes", allocation_nodes, f"only a packed sweep uses it, and site "
+                              f"{site.name} allocates per_size: add allocation=packed")
     if account is not None:
         changes["account"] = check_name("account", account)
     if queue is not None:

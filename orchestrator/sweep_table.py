@@ -31,6 +31,18 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None,
+               right: Sequence[bool]) -> Table:
+    """A rich table of cells already formatted (``cell``); ``right``: which columns are numbers.
+    The one table builder of the sweep's table, ``status`` and ``query``."""
+    table = Table(title=title)
+    for name, r in zip(columns, right):
+        table.add_column(str(name), justify="right" if r else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> None:
     """A sweep of commands shows each run's command instead of the built-in loop's algorithm and model."""
     ids = [int(i) for i in run_ids]
@@ -49,12 +61,12 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
             for key in values or {}:
                 if key not in keys[field]:
                     keys[field].append(key)
-    table = Table(title=title)
     numeric = {"run_id", "nodes", "workers_per_node", "threads_per_node", "batch_size", "seed", *RESULTS}
-    for name in ["run_id", *names, *(f"params.{k}" for k in keys["params"]), *(f"metrics.{k}" for k in keys["metrics"])]:
-        table.add_column(name, justify="right" if name in numeric or "." in name else "left")
+    columns = ["run_id", *names, *(f"params.{k}" for k in keys["params"]), *(f"metrics.{k}" for k in keys["metrics"])]
+    cells = []
     for row in rows:
         params, metrics = row[-2] or {}, row[-1] or {}
-        table.add_row(*(cell(v) for v in row[:-2]), *(cell(params.get(k)) for k in keys["params"]),
-                      *(cell(metrics.get(k)) for k in keys["metrics"]))
+        cells.append([*(cell(v) for v in row[:-2]), *(cell(params.get(k)) for k in keys["params"]),
+                      *(cell(metrics.get(k)) for k in keys["metrics"])])
+    table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns])
     Console(width=None if sys.stdout.isatty() else 250).print(table)

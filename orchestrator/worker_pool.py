@@ -53,13 +53,18 @@ def locked_put_task(original):
     return put_task
 
 
+def install(scheduler) -> None:
+    """Replace the backlog rescan and serialise it with ``put_task`` on ``scheduler`` (Parsl's
+    ``MPITaskScheduler``), unless a Parsl release has changed them."""
+    if hasattr(scheduler, "_schedule_backlog_tasks") and hasattr(scheduler, "put_task"):
+        scheduler.put_task = locked_put_task(scheduler.put_task)
+        scheduler._schedule_backlog_tasks = schedule_backlog_tasks
+
+
 def main() -> None:
     from parsl.executors.high_throughput import mpi_resource_management
 
-    scheduler = mpi_resource_management.MPITaskScheduler
-    if hasattr(scheduler, "_schedule_backlog_tasks") and hasattr(scheduler, "put_task"):   # else: a Parsl that changed it
-        scheduler.put_task = locked_put_task(scheduler.put_task)
-        scheduler._schedule_backlog_tasks = schedule_backlog_tasks
+    install(mpi_resource_management.MPITaskScheduler)
     program = shutil.which("process_worker_pool.py",
                            path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if program is None:

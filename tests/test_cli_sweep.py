@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -165,6 +166,20 @@ def test_a_dry_run_lists_and_charges_only_the_runs_that_would_launch(tmp_path):
     forced = scalestudy("sweep", *args, "+params.i=0,1,2", "--dry-run", "--rerun",
                         f"hydra.sweep.dir={tmp_path / 'mr2'}", cwd=tmp_path)
     assert "3 would launch" in forced.stdout and forced.stdout.count("    launch: ") == 3
+
+
+def test_a_run_folder_named_through_hydras_resolver(tmp_path):
+    """The launcher skips HydraConfig.set_config (a deep copy) for the default subdir only: a
+    subdir that reads Hydra's config through its resolver still gets each job's own folder."""
+    proc = scalestudy("sweep", "study_name=subdir", "nodes=1", "workers_per_node=1", "workload.kind=command",
+                      "workload.command=[echo,hi]", "+params.i=0,1", f"hydra.sweep.dir={tmp_path / 'mr'}",
+                      "hydra.sweep.subdir=job_${hydra:job.num}_${hydra:job.override_dirname}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with Session(connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")) as s:
+        dirs = sorted(Path(r.run_dir).name for r in s.scalars(select(Run)))
+    assert len(dirs) == 2 and dirs[0].startswith("job_0_") and dirs[1].startswith("job_1_"), dirs
+    assert "params.i=0" in dirs[0] and "params.i=1" in dirs[1]
+    assert all((tmp_path / "mr" / d / "result.json").is_file() for d in dirs)   # spec and results in one folder
 
 
 def test_a_local_sweep_imports_neither_parsl_nor_pandas(tmp_path):

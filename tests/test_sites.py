@@ -143,3 +143,19 @@ def test_aprun_gets_its_node_list_as_node_ids():
     assert aprun_node_list(words) == ["aprun", "-n", "4", "-N", "2", "-L", "3835,3840", "-d", "1", "python"]
     other = ["srun", "--ntasks", "2", "--nodelist", "n1,n2"]
     assert aprun_node_list(other) == other
+
+
+def test_allocation_overrides_are_checked():
+    from orchestrator.errors import ConfigError
+
+    slurm = load_site("local_slurm")
+    packed = with_overrides(slurm, allocation="packed", allocation_nodes=4)
+    assert (packed.allocation, packed.allocation_nodes) == ("packed", 4)
+    for kwargs, words in (({"allocation": "packd"}, "allocation='packd': expected per_size or packed"),
+                          ({"allocation": "packed", "allocation_nodes": 8}, "allows at most 4 nodes"),
+                          ({"allocation": "packed", "allocation_nodes": "4"}, "expected an integer"),
+                          ({"allocation_nodes": 4}, "only a packed sweep uses it")):
+        with pytest.raises(ConfigError, match=words):
+            with_overrides(slurm, **kwargs)
+    with pytest.raises(ConfigError, match="no batch jobs to pack"):
+        with_overrides(load_site("local"), allocation="packed")

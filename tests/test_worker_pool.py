@@ -8,6 +8,7 @@ import queue
 import pytest
 from parsl.executors.high_throughput.mpi_resource_management import MPITaskScheduler
 
+from orchestrator import worker_pool
 from orchestrator.worker_pool import schedule_backlog_tasks
 
 
@@ -26,7 +27,10 @@ def _scheduler(tmp_path, monkeypatch, fixed: bool) -> MPITaskScheduler:
     monkeypatch.delenv("SLURM_NODELIST", raising=False)
     monkeypatch.setenv("PBS_NODEFILE", str(nodefile))
     if fixed:
-        monkeypatch.setattr(MPITaskScheduler, "_schedule_backlog_tasks", schedule_backlog_tasks)
+        monkeypatch.setattr(MPITaskScheduler, "_schedule_backlog_tasks", MPITaskScheduler._schedule_backlog_tasks)
+        monkeypatch.setattr(MPITaskScheduler, "put_task", MPITaskScheduler.put_task)   # restored after the test
+        worker_pool.install(MPITaskScheduler)
+        assert MPITaskScheduler._schedule_backlog_tasks is schedule_backlog_tasks
     return MPITaskScheduler(queue.Queue(), queue.Queue())
 
 
@@ -65,3 +69,21 @@ def test_parsl_s_own_backlog_loops_on_a_task_that_does_not_fit(tmp_path, monkeyp
     except RecursionError:
         return
     pytest.skip("this Parsl's MPI backlog no longer loops: orchestrator/worker_pool.py can go")
+
+
+def test_placing_a_task_and_rescanning_the_backlog_hold_one_lock(tmp_path, monkeypatch):
+    """A task found not to fit must not reach the backlog between another thread's freeing of
+    nodes and its rescan: every node lookup happens under the pool's lock."""
+    scheduler = _scheduler(tmp_path, monkeypatch, fixed=True)
+    held = []
+    original = MPITaskScheduler._get_nodes
+
+    def get_nodes(self, n):
+        held.append(worker_pool._PLACING._is_owned())
+        return original(self, n)
+
+    monkeypatch.setattr(MPITaskScheduler, "_get_nodes", get_nodes)
+    for tid, nodes in ((1, 4), (2, 1)):        # the second waits in the backlog
+        scheduler.put_task(_task(tid, nodes))
+    _finish(scheduler, 1)                        # the rescan places it
+    assert _started(scheduler) == [1, 2] and held == [True, True, True]
