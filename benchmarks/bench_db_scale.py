@@ -88,18 +88,20 @@ def build(url: str, runs: int, scratch: Path) -> float:
 def in_process(url: str, repeats: int) -> None:
     """The database work of each command, timed inside one process (imports done): what grows
     with the number of runs, apart from the interpreter and library start-up above."""
-    from results_db import compare, connect, query
+    from results_db import connect, query, run_rows
 
     engine = connect(url, upgrade=False)
+    # what each command runs since the reading commands print plain rows (no pandas)
     work = {
         "status counts": lambda: query.status_counts(engine),
-        "status --study: the last 20 runs": lambda: query.runs(
-            engine, study=STUDY, run_ids=query.recent_run_ids(engine, STUDY, 20)),
-        "query --where (64 nodes, sync, batch 32)": lambda: query.runs(
+        "status --study: the last 20 runs": lambda: run_rows.run_rows(
+            engine, study=STUDY, run_ids=run_rows.recent_run_ids(engine, STUDY, 20)),
+        "query --where (64 nodes, sync, batch 32)": lambda: run_rows.run_rows(
             engine, study=STUDY, where=["nodes=64", "algorithm=sync", "batch_size=32"]),
-        "query --group-by nodes (count, mean, std)": lambda: compare.aggregate(
+        "query --group-by nodes (count, mean, std)": lambda: run_rows.aggregate_rows(
             engine, ["nodes"], {"throughput": ["count", "mean", "std"]}, study=STUDY),
-        "every run into a DataFrame (query --format csv)": lambda: query.runs(engine, study=STUDY),
+        "every run as rows (query --format csv)": lambda: run_rows.run_rows(engine, study=STUDY),
+        "every run into a DataFrame (query.runs)": lambda: query.runs(engine, study=STUDY),
     }
     print(f"\nthe same database work inside one process, median of {repeats} (min-max):")
     for name, fn in work.items():
@@ -139,8 +141,8 @@ def main() -> None:
     for name, xs in times.items():
         med = statistics.median(xs)
         print(f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s")
-    for what, code in (("python -c pass", "pass"), ("python -c 'import pandas, sqlalchemy'",
-                                                      "import pandas, sqlalchemy")):
+    for what, code in (("python -c pass", "pass"), ("python -c 'import sqlalchemy, rich'", "import sqlalchemy, rich"),
+                       ("python -c 'import pandas, sqlalchemy'", "import pandas, sqlalchemy")):
         bare = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()

@@ -297,7 +297,7 @@ def _status(argv: Sequence[str]) -> int:
     _print_sweep_drivers(engine, args.study)
     if not (args.failed or args.runs or args.study):
         return 0
-    from results_db import query
+    from results_db import run_rows
 
     from .report import print_failed_runs, print_runs_table
 
@@ -306,7 +306,7 @@ def _status(argv: Sequence[str]) -> int:
     elif args.runs:
         print_runs_table(engine, study=args.study)
     else:   # a study of thousands of runs: the last few, not a table of all of them
-        ids = query.recent_run_ids(engine, args.study, RECENT_RUNS)
+        ids = run_rows.recent_run_ids(engine, args.study, RECENT_RUNS)
         total = sum(row[columns.index("total")] for row in rows)
         print_runs_table(engine, run_ids=ids, study=args.study,
                          title="runs" if total <= len(ids) else f"the last {len(ids)} of {total} runs")
@@ -361,11 +361,12 @@ def _query(argv: Sequence[str]) -> int:
     _db_args(parser)
     args = parser.parse_args(argv)
 
-    from results_db import compare, query
+    from results_db import run_rows
+    from results_db.columns import QueryError
 
-    from .report import SUMMARY_COLUMNS, render, with_json_keys
+    from .report import SUMMARY_COLUMNS, render
 
-    try:
+    try:   # read as plain rows and printed without pandas (its import alone took 1 s on a login node)
         if args.agg and not args.group_by:
             raise ValueError("--agg needs --group-by (the axes to aggregate over), e.g. --group-by nodes --agg "
                              "throughput:mean,std")
@@ -378,17 +379,18 @@ def _query(argv: Sequence[str]) -> int:
             for spec in args.agg or ["throughput:count,mean,std"]:
                 column, _, aggs = spec.partition(":")
                 metrics[column.strip()] = [a.strip() for a in (aggs or "mean").split(",")]
-            frame = compare.aggregate(engine, [c.strip() for c in args.group_by.split(",")], metrics,
-                                      study=args.study, where=args.where, attempts=args.attempts)
+            table = run_rows.aggregate_rows(engine, [c.strip() for c in args.group_by.split(",")], metrics,
+                                            study=args.study, where=args.where, attempts=args.attempts)
         else:
             columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
             if args.attempts == "all" and not args.columns:
                 columns[1:1] = ["attempt", "latest"]
-            frame = query.runs(engine, study=args.study, where=args.where, columns=columns, attempts=args.attempts)
+            table = run_rows.run_rows(engine, study=args.study, where=args.where, columns=columns,
+                                      attempts=args.attempts)
             if not args.columns:
-                frame = with_json_keys(engine, frame, args.study, args.where, attempts=args.attempts)
-        render(frame, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
-    except (query.QueryError, compare.CompareError, ValueError, _NoDatabase, _OlderSchema) as exc:
+                table = run_rows.with_json_keys(engine, table, args.study, args.where, attempts=args.attempts)
+        render(table, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
+    except (QueryError, ValueError, _NoDatabase, _OlderSchema) as exc:
         return _fail(str(exc))
     return 0
 

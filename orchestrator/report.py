@@ -1,15 +1,24 @@
-"""Render result DataFrames for the terminal (rich) or for other programs (CSV, JSON)."""
+"""Print query results for the terminal (rich) or for other programs (CSV, JSON).
+
+Tables arrive as plain rows (``results_db.run_rows.Rows``) or as DataFrames (``compare``);
+nothing here imports pandas, so ``status`` and ``query`` start in half the time (pandas is
+imported only to write Parquet).
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import sys
-from typing import Sequence
+from datetime import date, datetime
+from typing import Any, Sequence
 
-import pandas as pd
 from rich.console import Console
-from rich.table import Table
 
-from results_db import query
+from results_db import run_rows
+from results_db.columns import FAILED_STATES
+from results_db.run_rows import Rows
 
 from .sweep_table import RESULTS, SUMMARY_FIELDS, SWEEP_COLUMNS, cell, rows_table  # noqa: F401 - SWEEP_COLUMNS re-exported
 
@@ -17,34 +26,106 @@ SUMMARY_COLUMNS = ("run_id", "study", "status", *SUMMARY_FIELDS, "global_batch_s
 FORMATS = ("table", "csv", "json", "parquet")
 
 
+def as_rows(data) -> Rows:
+    """``Rows`` of a ``Rows`` or a DataFrame (missing values as None)."""
+    if isinstance(data, Rows):
+        return data
+    return Rows([str(c) for c in data.columns],
+                [tuple(None if _missing(v) else _plain_value(v) for v in row)
+                 for row in data.itertuples(index=False)])
+
+
+def _plain_value(v):
+    """numpy scalars and pandas timestamps as Python values (json and csv know those)."""
+    if hasattr(v, "to_pydatetime"):
+        return v.to_pydatetime()
+    if hasattr(v, "item") and not isinstance(v, (list, dict, tuple, str)):
+        return v.item()
+    return v
+
+
+def _missing(v) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, float):
+        return math.isnan(v)
+    try:   # numpy / pandas missing values (NaN, NaT, NA) without importing either
+        return type(v).__name__ in ("NaTType", "NAType") or bool(v != v) and not isinstance(v, (list, dict, str))
+    except (TypeError, ValueError):
+        return False
+
+
 def _cell(value) -> str:
-    return "-" if value is not None and not isinstance(value, (list, dict)) and pd.isna(value) else cell(value)
+    return "-" if _missing(value) else cell(value)
 
 
-def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:
-    """Print ``frame`` (or write it to ``out``); Parquet is binary and always needs ``out``."""
-    if out:
-        if fmt == "parquet":
-            frame.to_parquet(out, index=False)
-        elif fmt == "csv":
-            frame.to_csv(out, index=False)
-        elif fmt == "json":
-            frame.to_json(out, orient="records", date_format="iso")
-        else:
-            with open(out, "w") as fh:
-                Console(file=fh, width=250).print(_table(frame, title))
-        return
+def _numeric(table: Rows) -> list[bool]:
+    """Columns whose values present are all numbers (right-aligned)."""
+    out = []
+    for j in range(len(table.columns)):
+        present = [r[j] for r in table.rows if not _missing(r[j])]
+        out.append(bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present))
+    return out
+
+
+def _json_value(v):
+    if _missing(v):
+        return None
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    return v
+
+
+def _csv_value(v):
+    if _missing(v):
+        return ""
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+def write_csv(table: Rows, fh) -> None:
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(table.columns)
+    writer.writerows([_csv_value(v) for v in row] for row in table.rows)
+
+
+def write_json(table: Rows, fh) -> None:
+    """Records, one object per row; missing values as null, times in ISO 8601."""
+    json.dump([{c: _json_value(v) for c, v in zip(table.columns, row)} for row in table.rows], fh,
+              default=str, allow_nan=False, separators=(",", ":"))   # compact, as pandas wrote it
+
+
+def render(data, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:
+    """Print ``data`` (``Rows`` or a DataFrame), or write it to ``out``; Parquet is binary and
+    always needs ``out``."""
     if fmt == "parquet":
-        raise ValueError("--format parquet writes a binary file: give --out FILE.parquet")
+        if not out:
+            raise ValueError("--format parquet writes a binary file: give --out FILE.parquet")
+        from results_db.query import frame_of
+
+        (frame_of(data) if isinstance(data, Rows) else data).to_parquet(out, index=False)
+        return
+    table = as_rows(data)
+    if out:
+        with open(out, "w", newline="") as fh:
+            if fmt == "csv":
+                write_csv(table, fh)
+            elif fmt == "json":
+                write_json(table, fh)
+            else:
+                Console(file=fh, width=250).print(_table(table, title))
+        return
     if fmt == "csv":
-        frame.to_csv(sys.stdout, index=False)
+        write_csv(table, sys.stdout)
     elif fmt == "json":
-        sys.stdout.write(frame.to_json(orient="records", date_format="iso") + "\n")
-    elif len(frame) > RICH_ROWS:
-        sys.stdout.write(_plain(frame, title))
+        write_json(table, sys.stdout)
+        sys.stdout.write("\n")
+    elif len(table) > RICH_ROWS:
+        sys.stdout.write(_plain(table, title))
     else:
         # Piped output keeps whole rows rather than rich's 80-column default.
-        Console(width=None if sys.stdout.isatty() else 250).print(_table(frame, title))
+        Console(width=None if sys.stdout.isatty() else 250).print(_table(table, title))
 
 
 # rich lays a table out cell by cell: ~8 ms a row of 15 columns, 3.5 s for 456 runs; longer
@@ -52,41 +133,24 @@ def render(frame: pd.DataFrame, fmt: str = "table", title: str | None = None, ou
 RICH_ROWS = 100
 
 
-def _plain(frame: pd.DataFrame, title: str | None) -> str:
-    cells = [[str(c) for c in frame.columns]] + [[" ".join(_cell(v).split("\n")) for v in row]
-                                                 for row in frame.itertuples(index=False)]
-    right = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(frame.columns))]
+def _plain(table: Rows, title: str | None) -> str:
+    cells = [list(table.columns)] + [[" ".join(_cell(v).split("\n")) for v in row] for row in table.rows]
+    right = _numeric(table)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(table.columns))]
     lines = ["  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(row, widths, right)).rstrip()
              for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return (f"{title} ({len(frame)} rows)\n" if title else "") + "\n".join(lines) + "\n"
+    return (f"{title} ({len(table)} rows)\n" if title else "") + "\n".join(lines) + "\n"
 
 
-def _table(frame: pd.DataFrame, title: str | None) -> Table:
-    return rows_table(list(frame.columns), [[_cell(v) for v in row] for row in frame.itertuples(index=False)],
-                      title, [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns])
-
-
-def with_json_keys(engine, frame: pd.DataFrame, study=None, where=None, run_ids=None,
-                   attempts: str = "latest") -> pd.DataFrame:
-    """``frame`` (from ``query.runs``) with a column per free parameter and reported metric these runs have."""
-    extra = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=["run_id", "params", "metrics"],
-                       attempts=attempts)
-    extra = query.expand_json(query.expand_json(extra, "params"), "metrics").drop(columns=["params", "metrics"])
-    keys = [c for c in extra.columns if c != "run_id" and extra[c].notna().any() and c not in frame.columns]
-    if not keys or "run_id" not in frame.columns:
-        return frame
-    return frame.merge(extra[["run_id", *keys]], on="run_id", how="left")
+def _table(table: Rows, title: str | None):
+    return rows_table(table.columns, [[_cell(v) for v in row] for row in table.rows], title, _numeric(table))
 
 
 def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, study: str | None = None,
                      columns: Sequence[str] = SUMMARY_COLUMNS, title: str = "runs") -> None:
-    frame = query.runs(engine, study=study, where=where, run_ids=run_ids, columns=columns)
-    render(with_json_keys(engine, frame, study, where, run_ids), "table", title=title)
-
-
-from results_db.columns import FAILED_STATES  # noqa: E402 - one definition (not results_db.report: matplotlib)
+    table = run_rows.run_rows(engine, study=study, where=where, run_ids=run_ids, columns=columns)
+    render(run_rows.with_json_keys(engine, table, study, where, run_ids), "table", title=title)
 
 
 def print_failed_runs(engine, study: str | None = None) -> None:
@@ -94,16 +158,19 @@ def print_failed_runs(engine, study: str | None = None) -> None:
     from pathlib import Path
 
     # filtered in SQL first: a study of 100,000 runs has a handful that failed
-    frame = query.runs(engine, study=study, where=[f"status!={s}" for s in ("done", "pending", "running")],
-                       columns=["run_id", "study", "status", "nodes", "workers_per_node", "algorithm", "error", "run_dir"])
-    frame = frame[frame["status"].isin(FAILED_STATES)]
-    if frame.empty:
+    table = run_rows.run_rows(engine, study=study, where=[f"status!={s}" for s in ("done", "pending", "running")],
+                              columns=["run_id", "study", "status", "nodes", "workers_per_node", "algorithm",
+                                       "error", "run_dir"])
+    failed: list[dict[str, Any]] = [dict(zip(table.columns, r)) for r in table.rows]
+    failed = [r for r in failed if r["status"] in FAILED_STATES]
+    if not failed:
         print("no failed, timed-out or partial runs" + (f" in study {study!r}" if study else ""))
         return
     console = Console(width=None if sys.stdout.isatty() else 250, highlight=False, soft_wrap=True)
-    for row in frame.itertuples(index=False):
-        log = Path(row.run_dir) / "workload.log" if row.run_dir else None
-        console.print(f"[bold]run {row.run_id}[/bold] ({row.study}, nodes={row.nodes}, workers_per_node="
-                      f"{row.workers_per_node}, {row.algorithm}): [red]{row.status}[/red]: {row.error or '(no reason stored)'}")
+    for row in failed:
+        log = Path(row["run_dir"]) / "workload.log" if row["run_dir"] else None
+        console.print(f"[bold]run {row['run_id']}[/bold] ({row['study']}, nodes={row['nodes']}, workers_per_node="
+                      f"{row['workers_per_node']}, {row['algorithm']}): [red]{row['status']}[/red]: "
+                      f"{row['error'] or '(no reason stored)'}")
         if log is not None:
             console.print(f"    log: {log}" + ("" if log.exists() else " (not on this host)"))

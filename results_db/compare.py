@@ -16,12 +16,12 @@ from sqlalchemy import Engine
 
 from workloads.spec import CONFIG_FIELDS
 
-from . import query
+from . import query, run_rows
+from .run_rows import AGGREGATES, value_kind  # noqa: F401 - AGGREGATES re-exported
 
 # The fields that make two runs "the same configuration" (seed and repeat index are the repeat).
 # ``params`` stands for one axis per free parameter (``params.NAME``), found in the data.
 CONFIG_AXES = CONFIG_FIELDS
-AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum")
 
 
 class CompareError(ValueError):
@@ -31,26 +31,13 @@ class CompareError(ValueError):
 def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequence[str]] | None = None,
               study: str | None = None, where=None, attempts: str = "latest") -> pd.DataFrame:
     """``metrics``: column -> aggregates (count, mean, std, min, max, median, sum); one row per group.
-    ``attempts="all"`` pools every attempt at a run (reruns) with its repeats."""
-    metrics = metrics or {"throughput": ("count", "mean", "std")}
-    if not group_by:
-        raise CompareError("give the axes to group by, e.g. --group-by nodes,algorithm")
-    for agg in (a for aggs in metrics.values() for a in aggs):
-        if agg not in AGGREGATES:
-            raise CompareError(f"unknown aggregate {agg!r}; known: {', '.join(AGGREGATES)}")
-    frame = query.runs(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])),
-                       attempts=attempts)
-    if frame.empty:
-        return pd.DataFrame(columns=[*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)])
-    frame = hashable(frame)
-    for column, aggs in metrics.items():
-        if any(a != "count" for a in aggs) and not pd.api.types.is_numeric_dtype(frame[column].dropna()):
-            raise CompareError(f"--agg {column}: not a numeric column (count is the only aggregate it takes)")
-        frame[column] = pd.to_numeric(frame[column], errors="coerce") if any(a != "count" for a in aggs) \
-            else frame[column]
-    grouped = frame.groupby(list(group_by), dropna=False).agg({c: list(aggs) for c, aggs in metrics.items()})
-    grouped.columns = [f"{c}_{a}" for c, a in grouped.columns]
-    return grouped.reset_index()
+    ``attempts="all"`` pools every attempt at a run (reruns) with its repeats. Grouped in
+    ``run_rows.group_rows`` (what ``scalestudy query --group-by`` prints, without pandas)."""
+    try:
+        table = run_rows.aggregate_rows(engine, group_by, metrics, study=study, where=where, attempts=attempts)
+    except run_rows.AggregateError as exc:
+        raise CompareError(str(exc)) from None
+    return query.frame_of(table)
 
 
 def hashable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -67,17 +54,9 @@ def hashable(frame: pd.DataFrame) -> pd.DataFrame:
         if values.map(lambda v: isinstance(v, (list, dict, tuple))).any():
             out[column] = values.map(lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
                                      if isinstance(v, (list, dict, tuple)) else v)
-        elif column.startswith("params.") and len({_kind(v) for v in values if v is not None}) > 1:
+        elif column.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
             out[column] = values.map(lambda v: None if v is None else json.dumps(v))
     return out
-
-
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, float) and value.is_integer():
-        return "float-int"  # 1.0 beside 1: different run keys, equal to pandas
-    return type(value).__name__
 
 
 def config_axes(runs: pd.DataFrame) -> list[str]:

@@ -78,7 +78,7 @@ def _derive_step_stats(session: Session, run_id: int) -> None:
                                                    Event.step >= start - 1, Event.step < stop)).all()
         if not rows:
             continue
-        stats = step_stats(pd.DataFrame([tuple(r) for r in rows], columns=[c.key for c in cols]))  # see query._tuples
+        stats = step_stats(pd.DataFrame([tuple(r) for r in rows], columns=[c.key for c in cols]))  # tuples: see query.frame_of
         stats = stats[stats["step"] >= start]
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in stats.to_dict("records")]

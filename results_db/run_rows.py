@@ -1,0 +1,253 @@
+"""Runs read from SQL as plain rows (column names + tuples), grouped and aggregated in plain
+Python: what ``query.runs`` and ``compare.aggregate`` hand to pandas, and what the reading
+commands print without it.
+
+Why not pandas here: importing it costs 0.4-1.1 s on a login node, more than ``query`` on
+100,000 runs takes in SQL (benchmarks/RESULTS.md, issue 14). Reading commands that print a
+table, CSV or JSON never import it; the DataFrame API builds its frames from these rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from sqlalchemy import Engine, select
+
+from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column
+from .schema import Run, Study
+from .where import JsonFilter, column_of, parse_where
+
+ATTEMPTS = ("latest", "all")
+AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum")
+
+
+@dataclass
+class Rows:
+    """A table: ``columns`` names, ``rows`` tuples of the same length."""
+
+    columns: list[str]
+    rows: list[tuple]
+
+    def column(self, name: str) -> list[Any]:
+        i = self.columns.index(name)
+        return [r[i] for r in self.rows]
+
+    def select(self, names: Sequence[str]) -> "Rows":
+        idx = [self.columns.index(n) for n in names]
+        return Rows(list(names), [tuple(r[i] for i in idx) for r in self.rows])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class AggregateError(QueryError):
+    """A grouping or aggregate the data cannot answer."""
+
+
+def _ids(run_ids: Sequence[int]) -> list[int]:
+    """Plain ints: numpy integers would not bind."""
+    return [int(i) for i in run_ids]
+
+
+def json_keys(values: Sequence[Any]) -> list[str]:
+    """Every key of a JSON column's values, sorted."""
+    return sorted({k for v in values if isinstance(v, dict) for k in v})
+
+
+def expand_json(table: Rows, field: str, keys: Sequence[str] | None = None) -> Rows:
+    """``table`` with a ``field.KEY`` column for each key of the JSON column ``field`` (all
+    keys present, or ``keys``); a run without the key gets None."""
+    if field not in table.columns:
+        return table
+    i = table.columns.index(field)
+    values = [r[i] if isinstance(r[i], dict) else {} for r in table.rows]
+    wanted = list(keys) if keys is not None else json_keys(values)
+    names = [f"{field}.{k}" for k in wanted]
+    keep = [j for j, c in enumerate(table.columns) if c not in names]   # a re-expansion replaces
+    return Rows([table.columns[j] for j in keep] + names,
+                [tuple(r[j] for j in keep) + tuple(v.get(k) for k in wanted) for r, v in zip(table.rows, values)])
+
+
+def run_rows(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
+             columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None,
+             attempts: str = "latest") -> Rows:
+    """One row per run: ``query.runs``'s selection, as plain rows (its docstring says what
+    ``columns``, ``run_ids`` and ``attempts`` select)."""
+    if attempts not in ATTEMPTS:
+        raise QueryError(f"attempts={attempts!r}: expected one of {', '.join(ATTEMPTS)}")
+    cols = [check_column(c) for c in (columns or RUN_COLUMNS)]
+    dotted = [c for c in cols if "." in c]
+    base = list(dict.fromkeys([c for c in cols if "." not in c] + [c.split(".")[0] for c in dotted]))
+    stmt = select(*(column_of(c).label(c) for c in base)).join(Study, Run.study_id == Study.id)
+    if study:
+        stmt = stmt.where(Study.name == study)
+    if run_ids is not None:
+        stmt = stmt.where(Run.id.in_(_ids(run_ids)))
+    elif attempts == "latest":
+        stmt = stmt.where(Run.latest.is_(True))
+    conditions = parse_where(where)
+    json_filters = [c for c in conditions if isinstance(c, JsonFilter)]
+    for cond in conditions:
+        if not isinstance(cond, JsonFilter):
+            stmt = stmt.where(cond)
+    extra = [f for f in dict.fromkeys(j.field for j in json_filters) if f not in base]
+    if extra:   # read the JSON columns the filters need, filter, then drop what was not asked for
+        stmt = stmt.add_columns(*(getattr(Run, f).label(f"__{f}") for f in extra))
+    stmt = stmt.order_by(Study.name, Run.nodes, Run.workers_per_node, Run.threads_per_node, Run.batch_size,
+                         Run.run_key, Run.attempt, Run.id)
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(stmt)]
+    if json_filters:
+        names = base + [f"__{f}" for f in extra]
+        where_is = {j.field: names.index(j.field if j.field in base else f"__{j.field}") for j in json_filters}
+        rows = [r[:len(base)] for r in rows if all(j.matches(r[where_is[j.field]]) for j in json_filters)]
+    table = Rows(base, rows)
+    for field in JSON_FIELDS:
+        if field in table.columns:
+            keys = [c.split(".", 1)[1] for c in dotted if c.startswith(field + ".")] if columns else None
+            table = expand_json(table, field, keys)
+    return table if not columns else table.select(cols)
+
+
+def with_json_keys(engine: Engine, table: Rows, study=None, where=None, run_ids=None,
+                   attempts: str = "latest") -> Rows:
+    """``table`` (from ``run_rows``) with a column per free parameter and reported metric these
+    runs have (a key no run has a value for is left out)."""
+    if "run_id" not in table.columns:
+        return table
+    extra = run_rows(engine, study=study, where=where, run_ids=run_ids, columns=["run_id", "params", "metrics"],
+                     attempts=attempts)
+    by_id: dict[int, dict[str, Any]] = {}
+    for run_id, params, metrics in extra.rows:
+        values = {f"params.{k}": v for k, v in (params or {}).items()}
+        values.update({f"metrics.{k}": v for k, v in (metrics or {}).items()})
+        by_id[run_id] = values
+    present = {k for values in by_id.values() for k, v in values.items() if v is not None}
+    keys = [f"{f}.{k}" for f in JSON_FIELDS for k in sorted({k.split(".", 1)[1] for k in present
+                                                             if k.startswith(f + ".")})]
+    keys = [k for k in keys if k not in table.columns]
+    if not keys:
+        return table
+    i = table.columns.index("run_id")
+    return Rows(table.columns + keys,
+                [r + tuple(by_id.get(r[i], {}).get(k) for k in keys) for r in table.rows])
+
+
+def recent_run_ids(engine: Engine, study: str, limit: int) -> list[int]:
+    """The ``limit`` runs of ``study`` registered last (latest attempts), for a short listing."""
+    stmt = (select(Run.id).join(Study, Run.study_id == Study.id)
+            .where(Study.name == study, Run.latest.is_(True)).order_by(Run.id.desc()).limit(limit))
+    with engine.connect() as conn:
+        return [int(i) for (i,) in conn.execute(stmt)]
+
+
+# -- grouping ---------------------------------------------------------------------------------
+
+def value_kind(value) -> str:
+    """A value's type as run identity sees it (grouping must not merge 1, 1.0 and True)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, float) and value.is_integer():
+        return "float-int"  # 1.0 beside 1: different run keys, equal to pandas
+    return type(value).__name__
+
+
+def hashable_columns(table: Rows) -> Rows:
+    """Values one can group by without merging what run_key tells apart: lists and mappings (a
+    command, the params) as canonical JSON text, and a free parameter whose values mix types
+    (1, 1.0, True, "1" — which Python and pandas call equal) as the JSON text of each value. A
+    parameter of one type keeps its values (numbers stay numbers)."""
+    out = [list(r) for r in table.rows]
+    for j, name in enumerate(table.columns):
+        values = [r[j] for r in table.rows]
+        if any(isinstance(v, (list, dict, tuple)) for v in values):
+            for r in out:
+                v = r[j]
+                if isinstance(v, (list, dict, tuple)):
+                    r[j] = json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
+        elif name.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
+            for r in out:
+                r[j] = None if r[j] is None else json.dumps(r[j])
+    return Rows(list(table.columns), [tuple(r) for r in out])
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not _missing(v)
+
+
+def _sort_key(value) -> tuple:
+    """Group keys in pandas' order: missing last, numbers by value, others as text."""
+    if _missing(value):
+        return (2, 0, "")
+    if isinstance(value, (int, float)):
+        return (0, value, "")
+    return (1, 0, str(value))
+
+
+def _std(xs: list[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else float("nan")
+
+
+_REDUCE: dict[str, Callable[[list], Any]] = {
+    "mean": lambda xs: statistics.fmean(xs) if xs else float("nan"),
+    "std": _std,
+    "min": lambda xs: min(xs) if xs else float("nan"),
+    "max": lambda xs: max(xs) if xs else float("nan"),
+    "median": lambda xs: statistics.median(xs) if xs else float("nan"),
+    "sum": lambda xs: sum(xs),
+}
+
+
+def check_aggregates(metrics: dict[str, Sequence[str]]) -> None:
+    for agg in (a for aggs in metrics.values() for a in aggs):
+        if agg not in AGGREGATES:
+            raise AggregateError(f"unknown aggregate {agg!r}; known: {', '.join(AGGREGATES)}")
+
+
+def group_rows(table: Rows, group_by: Sequence[str], metrics: dict[str, Sequence[str]]) -> Rows:
+    """One row per distinct ``group_by`` key (missing values are a group of their own, as with
+    pandas' ``dropna=False``), sorted by it; a ``COLUMN_AGG`` column per aggregate. ``count``
+    counts the values present; the others skip missing values and need numbers."""
+    check_aggregates(metrics)
+    table = hashable_columns(table)
+    for column, aggs in metrics.items():
+        values = [v for v in table.column(column) if not _missing(v)]
+        if any(a != "count" for a in aggs) and not all(_number(v) for v in values):
+            raise AggregateError(f"--agg {column}: not a numeric column (count is the only aggregate it takes)")
+    keys_at = [table.columns.index(g) for g in group_by]
+    metric_at = {c: table.columns.index(c) for c in metrics}
+    groups: dict[tuple, list[tuple]] = {}
+    for r in table.rows:
+        # a NaN never equals itself: all missing values are one key
+        key = tuple(None if _missing(r[i]) else r[i] for i in keys_at)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key in sorted(groups, key=lambda k: tuple(_sort_key(v) for v in k)):
+        rows = groups[key]
+        cells = list(key)
+        for column, aggs in metrics.items():
+            present = [r[metric_at[column]] for r in rows if not _missing(r[metric_at[column]])]
+            for agg in aggs:
+                cells.append(len(present) if agg == "count" else _REDUCE[agg](present))
+        out.append(tuple(cells))
+    return Rows([*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)], out)
+
+
+def aggregate_rows(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequence[str]] | None = None,
+                   study: str | None = None, where=None, attempts: str = "latest") -> Rows:
+    """``compare.aggregate`` as plain rows: the runs selected, grouped, aggregated."""
+    metrics = metrics or {"throughput": ("count", "mean", "std")}
+    if not group_by:
+        raise AggregateError("give the axes to group by, e.g. --group-by nodes,algorithm")
+    check_aggregates(metrics)
+    table = run_rows(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])),
+                     attempts=attempts)
+    return group_rows(table, group_by, metrics)
