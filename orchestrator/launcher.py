@@ -284,6 +284,10 @@ class ParslLauncher(Launcher):
                         ret.cfg = ret.hydra_cfg = None
                         if ret.status == JobStatus.COMPLETED:
                             ret._return_value = None
+                        # nor the job's own composed config (~150 KB): held by the sweep's job
+                        # list, it made the driver's memory grow with every run that ended
+                        # (the pool's copy went with the ended future); a retry keeps it above
+                        job.config = None
 
             watch_lost = observer is not None and hasattr(observer, "lost_jobs") and \
                 hasattr(pool, "ended_batch_jobs")

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from sqlalchemy import Engine, select
+from sqlalchemy import JSON, Engine, Float, Integer, and_, cast, func, literal, select
 
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column
 from .schema import Run, Study
@@ -72,17 +72,12 @@ def expand_json(table: Rows, field: str, keys: Sequence[str] | None = None) -> R
                 [tuple(r[j] for j in keep) + tuple(v.get(k) for k in wanted) for r, v in zip(table.rows, values)])
 
 
-def run_rows(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
-             columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None,
-             attempts: str = "latest") -> Rows:
-    """One row per run: ``query.runs``'s selection, as plain rows (its docstring says what
-    ``columns``, ``run_ids`` and ``attempts`` select)."""
+def _selection(stmt, study: str | None, where, run_ids: Sequence[int] | None, attempts: str):
+    """``stmt`` (a select over runs) restricted to a study, runs or their latest attempts and
+    the SQL conditions of ``where``; and the JSON filters left to apply to the rows."""
     if attempts not in ATTEMPTS:
         raise QueryError(f"attempts={attempts!r}: expected one of {', '.join(ATTEMPTS)}")
-    cols = [check_column(c) for c in (columns or RUN_COLUMNS)]
-    dotted = [c for c in cols if "." in c]
-    base = list(dict.fromkeys([c for c in cols if "." not in c] + [c.split(".")[0] for c in dotted]))
-    stmt = select(*(column_of(c).label(c) for c in base)).join(Study, Run.study_id == Study.id)
+    stmt = stmt.select_from(Run).join(Study, Run.study_id == Study.id)
     if study:
         stmt = stmt.where(Study.name == study)
     if run_ids is not None:
@@ -90,10 +85,21 @@ def run_rows(engine: Engine, study: str | None = None, where: str | Sequence[str
     elif attempts == "latest":
         stmt = stmt.where(Run.latest.is_(True))
     conditions = parse_where(where)
-    json_filters = [c for c in conditions if isinstance(c, JsonFilter)]
     for cond in conditions:
         if not isinstance(cond, JsonFilter):
             stmt = stmt.where(cond)
+    return stmt, [c for c in conditions if isinstance(c, JsonFilter)]
+
+
+def run_rows(engine: Engine, study: str | None = None, where: str | Sequence[str] | None = None,
+             columns: Sequence[str] | None = None, run_ids: Sequence[int] | None = None,
+             attempts: str = "latest") -> Rows:
+    """One row per run: ``query.runs``'s selection, as plain rows (its docstring says what
+    ``columns``, ``run_ids`` and ``attempts`` select)."""
+    cols = [check_column(c) for c in (columns or RUN_COLUMNS)]
+    dotted = [c for c in cols if "." in c]
+    base = list(dict.fromkeys([c for c in cols if "." not in c] + [c.split(".")[0] for c in dotted]))
+    stmt, json_filters = _selection(select(*(column_of(c).label(c) for c in base)), study, where, run_ids, attempts)
     extra = [f for f in dict.fromkeys(j.field for j in json_filters) if f not in base]
     if extra:   # read the JSON columns the filters need, filter, then drop what was not asked for
         stmt = stmt.add_columns(*(getattr(Run, f).label(f"__{f}") for f in extra))
@@ -243,11 +249,96 @@ def group_rows(table: Rows, group_by: Sequence[str], metrics: dict[str, Sequence
 
 def aggregate_rows(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequence[str]] | None = None,
                    study: str | None = None, where=None, attempts: str = "latest") -> Rows:
-    """``compare.aggregate`` as plain rows: the runs selected, grouped, aggregated."""
+    """``compare.aggregate`` as plain rows: the runs selected, grouped, aggregated. Grouped by
+    the database (GROUP BY) when every axis is a typed column and every metric a numeric one,
+    so that 100,000 runs are not read into Python; else (free parameters, JSON filters,
+    median) by ``group_rows``. The two agree (``tests/test_run_rows.py``)."""
     metrics = metrics or {"throughput": ("count", "mean", "std")}
     if not group_by:
         raise AggregateError("give the axes to group by, e.g. --group-by nodes,algorithm")
     check_aggregates(metrics)
+    for name in [*group_by, *metrics]:
+        check_column(name)
+    if _sql_can_group(group_by, metrics, where):
+        return _sql_group(engine, group_by, metrics, study, where, attempts)
     table = run_rows(engine, study=study, where=where, columns=list(dict.fromkeys([*group_by, *metrics])),
                      attempts=attempts)
     return group_rows(table, group_by, metrics)
+
+
+_SQL_AGGREGATES = {"count", "mean", "std", "min", "max", "sum"}
+
+
+def _typed_column(name: str):
+    """The SQL column of a plain, typed (not JSON) run column, else None."""
+    if "." in name:
+        return None
+    column = column_of(name)
+    return None if isinstance(column.type, JSON) else column
+
+
+def _sql_can_group(group_by, metrics, where) -> bool:
+    if any(_typed_column(g) is None for g in group_by):
+        return False
+    for column, aggs in metrics.items():
+        typed = _typed_column(column)
+        if typed is None or not set(aggs) <= _SQL_AGGREGATES:
+            return False
+        if any(a != "count" for a in aggs) and not isinstance(typed.type, (Integer, Float)):
+            return False   # group_rows says why in its own words
+    return not any(isinstance(c, JsonFilter) for c in parse_where(where))
+
+
+def _sql_group(engine: Engine, group_by, metrics, study, where, attempts) -> Rows:
+    """GROUP BY in the database. A float NaN (PostgreSQL keeps it; SQLite stores NULL) counts as
+    missing, as in ``group_rows``. The standard deviation comes from the sums of x and x² of
+    the same pass; where that formula would cancel (the spread under 1e-4 of the mean: the
+    relative error grows as (mean / std)² x 1e-16) a second pass sums squared deviations from
+    each group's mean instead."""
+    k = len(group_by)
+    keys = [_typed_column(g).label(f"g{i}") for i, g in enumerate(group_by)]
+    values = []
+    for j, column in enumerate(metrics):
+        typed = _typed_column(column)
+        values.append((func.nullif(typed, literal(float("nan"), Float)) if isinstance(typed.type, Float)
+                       else typed).label(f"m{j}"))
+    runs, _ = _selection(select(*keys, *values), study, where, None, attempts)
+    runs = runs.subquery()
+    g = [runs.c[f"g{i}"] for i in range(k)]
+    m = [runs.c[f"m{j}"] for j in range(len(metrics))]
+    per_metric = ("n", "mean", "min", "max", "sum", "sq")
+    first = select(*g, *(f(x).label(f"{name}{j}") for j, x in enumerate(m) for name, f in (
+        ("n", func.count), ("mean", func.avg), ("min", func.min), ("max", func.max), ("sum", func.sum),
+        ("sq", lambda x: func.sum(cast(x, Float) * cast(x, Float)))))).group_by(*g)
+    with engine.connect() as conn:
+        groups = [tuple(r) for r in conn.execute(first)]
+        stats = {r[:k]: [dict(zip(per_metric, r[k + 6 * j:k + 6 * j + 6])) for j in range(len(m))] for r in groups}
+        wants_std = [j for j, aggs in enumerate(metrics.values()) if "std" in aggs]
+        for s in (s for row in stats.values() for j, s in enumerate(row) if j in wants_std):
+            s["ss"] = None if s["n"] < 2 else float(s["sq"]) - float(s["sum"]) ** 2 / s["n"]
+        if any(s["ss"] is not None and s["ss"] / (s["n"] - 1) < 1e-8 * float(s["mean"]) ** 2
+               for row in stats.values() for j, s in enumerate(row) if j in wants_std):
+            means = first.subquery()
+            on = and_(*(runs.c[f"g{i}"].is_not_distinct_from(means.c[f"g{i}"]) for i in range(k)))
+            mg = [means.c[f"g{i}"] for i in range(k)]
+            second = (select(*mg, *(func.sum((x - means.c[f"mean{j}"]) * (x - means.c[f"mean{j}"])) for j, x in enumerate(m)))
+                      .select_from(runs.join(means, on)).group_by(*mg))
+            for r in conn.execute(second):
+                for j in wants_std:
+                    stats[tuple(r[:k])][j]["ss"] = None if r[k + j] is None else float(r[k + j])
+    out = []
+    for key in sorted(stats, key=lambda key: tuple(_sort_key(v) for v in key)):
+        cells = list(key)
+        for s, aggs in zip(stats[key], metrics.values()):
+            for agg in aggs:
+                if agg == "count":
+                    cells.append(int(s["n"]))
+                elif s["n"] == 0:
+                    cells.append(0 if agg == "sum" else float("nan"))
+                elif agg == "std":
+                    cells.append(math.sqrt(max(s["ss"], 0.0) / (s["n"] - 1)) if s.get("ss") is not None
+                                 else float("nan"))
+                else:
+                    cells.append(float(s["mean"]) if agg == "mean" else s[agg])
+        out.append(tuple(cells))
+    return Rows([*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)], out)

@@ -129,3 +129,48 @@ def test_reading_commands_do_not_import_pandas(study, tmp_path):
                               env=env_with_bin(), timeout=120)
         assert proc.returncode == 0, (args, proc.stderr[-2000:])
         assert "pandas imported: False" in proc.stdout, (args, proc.stdout[-500:])
+
+
+def _grid(engine, study: str, throughputs: list) -> None:
+    plans = [PlannedRun(f"{study}-{i}", RunSpec(study=study, site="local", nodes=1 + i % 3, seed=i,
+                                               algorithm=("sync", "ddp")[i % 2]).to_dict(), "/nowhere")
+             for i in range(len(throughputs))]
+    decisions = register_runs(engine, study, plans)
+    with Session(engine) as s, s.begin():
+        for d, thr in zip(decisions, throughputs):
+            s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=thr,
+                                                                    steps=None if thr is None else 7))
+
+
+def test_the_database_groups_as_group_rows_does(db_url):
+    """GROUP BY in SQL (SQLite and PostgreSQL) against the same runs grouped in Python: missing
+    and NaN values, an integer column, and values whose spread is 1e-9 of their mean (the
+    one-pass variance would cancel: the second pass must take over)."""
+    engine = connect(db_url)
+    rng = random.Random(3)
+    _grid(engine, "plain", [None if i % 7 == 0 else float("nan") if i % 11 == 0 else rng.uniform(50, 900)
+                            for i in range(60)])
+    _grid(engine, "narrow", [1e9 + rng.uniform(0, 1) for _ in range(30)])
+    metrics = {"throughput": ["count", "mean", "std", "min", "max", "sum"], "steps": ["count", "sum", "max"]}
+    for study in ("plain", "narrow"):
+        in_sql = run_rows.aggregate_rows(engine, ["nodes", "algorithm"], metrics, study=study)
+        table = run_rows.run_rows(engine, study=study, columns=["nodes", "algorithm", "throughput", "steps"])
+        in_python = group_rows(table, ["nodes", "algorithm"], metrics)
+        assert in_sql.columns == in_python.columns and len(in_sql) == len(in_python) == 6
+        for a, b in zip(in_sql.rows, in_python.rows):
+            assert all(_same(x, y) for x, y in zip(a, b)), (study, a, b)
+        if study == "narrow":   # the spread really is resolved, not cancelled to 0 or noise
+            stds = in_python.column("throughput_std")
+            assert all(0.1 < s < 0.6 for s in stds), stds
+    # what SQL cannot group goes through group_rows: the median, a free parameter
+    median = run_rows.aggregate_rows(engine, ["nodes"], {"throughput": ["median"]}, study="plain")
+    values = {n: sorted(v for (nn, v) in run_rows.run_rows(engine, study="plain", columns=["nodes", "throughput"]).rows
+                        if nn == n and v is not None and v == v) for n in (1, 2, 3)}
+    assert [r[1] for r in median.rows] == pytest.approx([statistics_median(values[n]) for n in (1, 2, 3)])
+    engine.dispose()
+
+
+def statistics_median(xs):
+    import statistics
+
+    return statistics.median(xs)
