@@ -1,6 +1,6 @@
 """`scalestudy status` and `scalestudy query` on a results database of 100,000 runs.
 
-    python benchmarks/bench_db_scale.py [--runs 100000] [--repeats 5] [--keep DB_FILE]
+    python benchmarks/bench_db_scale.py [--runs 100000] [--repeats 5] [--keep DB_FILE] [--before DIR]
 
 The database is made with scalestudy's own code, as sweeps make it: ``register_runs``
 (batches of 2,000 planned runs, as a sweep registers its jobs) and ``ingest_run`` of a
@@ -8,7 +8,9 @@ finished run's folder for every run (a run_start, 5 steps and a run_end record p
 result.json), over a grid of node counts (1-1024), workers per node, batch sizes and
 algorithms, all in one study (the worst case for ``status --study``). Each command is
 then timed from outside as a user runs it (a new process: Python start-up and imports
-included), ``--repeats`` times, median and min-max. Goal: under 1 s each.
+included), ``--repeats`` times, median and min-max. Goal: under 1 s each. ``--before DIR``
+(a checkout of an earlier commit: ``git worktree add DIR COMMIT``) runs every command from it
+too, alternating with this tree, and prints the per-round ratio after/before.
 """
 
 from __future__ import annotations
@@ -118,6 +120,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", default=None, help="build (or reuse) the database at this file and keep it")
+    ap.add_argument("--before", default=None,
+                    help="a checkout of an earlier commit (git worktree add DIR COMMIT): each command also runs "
+                         "from it, alternating with this tree, and the per-round ratio after/before is printed")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-db-scale-"))
     db = Path(args.keep).absolute() if args.keep else scratch / "scale.db"
@@ -128,19 +133,28 @@ def main() -> None:
         print(f"built in {seconds:.0f} s ({args.runs / seconds:.0f} runs/s)")
     print(f"database: {db.stat().st_size / 2**20:.0f} MiB")
     env = {**os.environ, "SCALESTUDY_DB_URL": url}
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(args.repeats):   # interleaved: every command once per round
+    trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
+                                                           "after": str(REPO)}
+    times: dict[tuple[str, str], list[float]] = {(name, t): [] for name in COMMANDS for t in trees}
+    for _ in range(args.repeats):   # interleaved: every command once per round (and tree)
         for name, argv in COMMANDS.items():
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch, env=env,
-                                  capture_output=True, text=True)
-            times[name].append(time.perf_counter() - t0)
-            if proc.returncode != 0:
-                raise RuntimeError(f"scalestudy {' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+            for tree, path in trees.items():
+                t0 = time.perf_counter()
+                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
+                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
+                times[(name, tree)].append(time.perf_counter() - t0)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
     print(f"\nwall time of each command as a user runs it (new process), median of {args.repeats} (min-max):")
-    for name, xs in times.items():
+    for name in COMMANDS:
+        xs = times[(name, "after")]
         med = statistics.median(xs)
-        print(f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s")
+        line = f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s"
+        if args.before:
+            old = times[(name, "before")]
+            ratio = statistics.median([a / b for a, b in zip(xs, old)])
+            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
+        print(line)
     for what, code in (("python -c pass", "pass"), ("python -c 'import sqlalchemy, rich'", "import sqlalchemy, rich"),
                        ("python -c 'import pandas, sqlalchemy'", "import pandas, sqlalchemy")):
         bare = []

@@ -15,19 +15,15 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from workloads.spec import RunSpec
-
 from . import config_schema  # noqa: F401 - registers the config schema with Hydra
-from .mpi_run import SPEC_FILE, execute_run
+from .mpi_run import SPEC_FILE, execute_planned, execute_run
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def sweep_job(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if (run_dir / SPEC_FILE).is_file():
-        spec = RunSpec.load(run_dir / SPEC_FILE)
-    else:
-        from .runspec import build_run_spec
+        return execute_planned(run_dir)
+    from .runspec import build_run_spec
 
-        spec = build_run_spec(cfg)
-    return execute_run(spec, run_dir)
+    return execute_run(build_run_spec(cfg), run_dir)

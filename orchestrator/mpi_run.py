@@ -157,6 +157,11 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def execute_planned(run_dir: Path) -> dict[str, Any]:
+    """Execute the run planned in ``run_dir`` (its spec written there on the login node)."""
+    return execute_run(RunSpec.load(run_dir / SPEC_FILE), run_dir)
+
+
 def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / SPEC_FILE

@@ -69,7 +69,7 @@ def _numeric(table: Rows) -> list[bool]:
 
 
 def _json_value(v):
-    if _missing(v):
+    if _missing(v) or (isinstance(v, float) and math.isinf(v)):   # JSON has no NaN nor infinity
         return None
     if isinstance(v, (datetime, date)):
         return v.isoformat()

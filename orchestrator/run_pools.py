@@ -40,6 +40,12 @@ class LocalRunPool:
         prefix = local_mpiexec_prefix(num_nodes, ranks_per_node, launcher_options)
         return self.pool.submit(self.run, parts, local_launch=(prefix, dict(self.site.env)))
 
+    def submit_task(self, run: Callable[..., object], num_nodes: int, ranks_per_node: int,
+                    launcher_options: str) -> concurrent.futures.Future:
+        """Run ``run(local_launch=...)`` (a job planned whole, without Hydra's ``run_job``) in a thread."""
+        prefix = local_mpiexec_prefix(num_nodes, ranks_per_node, launcher_options)
+        return self.pool.submit(run, local_launch=(prefix, dict(self.site.env)))
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 

@@ -316,6 +316,22 @@ class SweepRecorder:
         spec = self.specs[job.idx]
         return launch_flags(self.site, spec.threads_per_worker, spec.workers_per_node)
 
+    def planned_task(self, job: SweepJob):
+        """On the local site, the run as planned (``execute_planned`` of its folder, whose spec.json
+        ``before_submit`` wrote), instead of Hydra's ``run_job`` around ``sweep_job``, which would do
+        the same after copying the job's config four times. Not where the job asks Hydra for
+        anything the planned run would not do: a working directory, environment variables or
+        callbacks of its own."""
+        from functools import partial
+
+        from .mpi_run import execute_planned
+
+        if self.site is None or self.site.provider != "local" or not (job.output_dir / SPEC_FILE).is_file():
+            return None
+        if any(OmegaConf.select(job.config, key) for key in ("hydra.job.chdir", "hydra.job.env_set", "hydra.callbacks")):
+            return None
+        return partial(execute_planned, job.output_dir)
+
     def _print_dry_run(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
         import shlex
 

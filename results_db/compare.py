@@ -8,7 +8,6 @@ momentum, steps_per_epoch, a parameter — are different configurations.
 
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
 import pandas as pd
@@ -17,7 +16,7 @@ from sqlalchemy import Engine
 from workloads.spec import CONFIG_FIELDS
 
 from . import query, run_rows
-from .run_rows import AGGREGATES, value_kind  # noqa: F401 - AGGREGATES re-exported
+from .run_rows import AGGREGATES, hashable_values  # noqa: F401 - AGGREGATES re-exported
 
 # The fields that make two runs "the same configuration" (seed and repeat index are the repeat).
 # ``params`` stands for one axis per free parameter (``params.NAME``), found in the data.
@@ -41,21 +40,16 @@ def aggregate(engine: Engine, group_by: Sequence[str], metrics: dict[str, Sequen
 
 
 def hashable(frame: pd.DataFrame) -> pd.DataFrame:
-    """Columns pandas can group by without merging what run_key tells apart: lists and
-    mappings (a command, the params) as canonical JSON text, and a free parameter whose
-    values mix types (1, 1.0, True, "1" — pandas would call the first three equal) as the
-    JSON text of each value. A parameter of one type keeps its values (numbers stay numbers)."""
+    """Columns pandas can group by without merging what run_key tells apart
+    (``run_rows.hashable_values``: lists and mappings as canonical JSON text, a free parameter
+    of mixed types as the JSON text of each value)."""
     out = frame.copy()
     for column in out.columns:
-        values = out[column]
-        if values.dtype != object and not column.startswith("params."):
+        if out[column].dtype != object and not column.startswith("params."):
             continue   # a typed column (numbers, times) holds nothing to make hashable: 100k rows skipped
-
-        if values.map(lambda v: isinstance(v, (list, dict, tuple))).any():
-            out[column] = values.map(lambda v: json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
-                                     if isinstance(v, (list, dict, tuple)) else v)
-        elif column.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
-            out[column] = values.map(lambda v: None if v is None else json.dumps(v))
+        changed = hashable_values(column, list(out[column]))
+        if changed is not None:
+            out[column] = pd.Series(changed, index=out.index, dtype=object)
     return out
 
 

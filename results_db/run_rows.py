@@ -132,7 +132,7 @@ def with_json_keys(engine: Engine, table: Rows, study=None, where=None, run_ids=
         values = {f"params.{k}": v for k, v in (params or {}).items()}
         values.update({f"metrics.{k}": v for k, v in (metrics or {}).items()})
         by_id[run_id] = values
-    present = {k for values in by_id.values() for k, v in values.items() if v is not None}
+    present = {k for values in by_id.values() for k, v in values.items() if not _missing(v)}
     keys = [f"{f}.{k}" for f in JSON_FIELDS for k in sorted({k.split(".", 1)[1] for k in present
                                                              if k.startswith(f + ".")})]
     keys = [k for k in keys if k not in table.columns]
@@ -162,23 +162,28 @@ def value_kind(value) -> str:
     return type(value).__name__
 
 
+def hashable_values(name: str, values: Sequence[Any]) -> list | None:
+    """A column's values made such that grouping does not merge what run_key tells apart, or
+    None when they already are: lists and mappings (a command, the params) as canonical JSON
+    text, and a free parameter whose values mix types (1, 1.0, True, "1" — which Python and
+    pandas call equal) as the JSON text of each value. A parameter of one type keeps its values
+    (numbers stay numbers). The one rule for ``group_rows`` and ``compare``'s frames."""
+    if any(isinstance(v, (list, dict, tuple)) for v in values):
+        return [json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
+                if isinstance(v, (list, dict, tuple)) else v for v in values]
+    if name.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
+        return [None if v is None else json.dumps(v) for v in values]
+    return None
+
+
 def hashable_columns(table: Rows) -> Rows:
-    """Values one can group by without merging what run_key tells apart: lists and mappings (a
-    command, the params) as canonical JSON text, and a free parameter whose values mix types
-    (1, 1.0, True, "1" — which Python and pandas call equal) as the JSON text of each value. A
-    parameter of one type keeps its values (numbers stay numbers)."""
-    out = [list(r) for r in table.rows]
+    """``table`` with every column through ``hashable_values``."""
+    columns = [list(c) for c in zip(*table.rows)] if table.rows else [[] for _ in table.columns]
     for j, name in enumerate(table.columns):
-        values = [r[j] for r in table.rows]
-        if any(isinstance(v, (list, dict, tuple)) for v in values):
-            for r in out:
-                v = r[j]
-                if isinstance(v, (list, dict, tuple)):
-                    r[j] = json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
-        elif name.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
-            for r in out:
-                r[j] = None if r[j] is None else json.dumps(r[j])
-    return Rows(list(table.columns), [tuple(r) for r in out])
+        changed = hashable_values(name, columns[j])
+        if changed is not None:
+            columns[j] = changed
+    return Rows(list(table.columns), list(zip(*columns)) if table.rows else [])
 
 
 def _missing(v) -> bool:

@@ -198,3 +198,34 @@ def test_a_local_sweep_imports_neither_parsl_nor_pandas(tmp_path):
                           env=env_with_bin(), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "imported: []" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("extra, run_jobs", [([], 0), (["+hydra.job.env_set.SCALESTUDY_TEST_VAR=1"], 2)])
+def test_local_runs_planned_whole_skip_hydras_run_job(tmp_path, extra, run_jobs):
+    """On the local site a planned run executes its spec.json directly (bench_sweep_scale: Hydra's
+    run_job copies the config four times a run); a job that asks Hydra for more (here an
+    environment variable) still goes through run_job. Counted by wrapping run_job; both sweeps'
+    runs must end done with their throughput stored."""
+    import subprocess
+    import sys
+
+    from conftest import env_with_bin
+
+    db = tmp_path / "r.db"
+    args = ["sweep", "study_name=planned", "nodes=1", "workers_per_node=1,2", "workload.kind=command",
+            "workload.command=[python,-c,\"print('throughput: 5.0 samples/s')\"]",
+            "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'", f"db_url=sqlite:///{db}",
+            f"hydra.sweep.dir={tmp_path / 'mr'}", *extra]
+    program = ("import json, sys; import orchestrator.launcher as L; calls = []; real = L.run_job\n"
+               "def counted(*a, **k):\n    calls.append(1); return real(*a, **k)\n"
+               "L.run_job = counted\nfrom orchestrator.cli import main\n"
+               "rc = main(json.loads(sys.argv[1])); print('run_job calls:', len(calls)); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", program, json.dumps(args)], cwd=tmp_path, capture_output=True,
+                          text=True, env=env_with_bin(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"run_job calls: {run_jobs}" in proc.stdout, proc.stdout[-2000:]
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select status, throughput, world_size from runs order by world_size").fetchall()
+    assert rows == [("done", 5.0, 1), ("done", 5.0, 2)], rows
