@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import functools
+import gc
 import logging
 import os
 from dataclasses import dataclass
@@ -270,6 +271,11 @@ class ParslLauncher(Launcher):
             log.debug("\t#%d : %s  [%d node(s) x %d rank(s)]", job.idx, " ".join(filter_overrides(job.overrides)),
                      job.num_nodes, job.ranks_per_node)
 
+        # The planned jobs' configs are millions of objects (~150 KB of OmegaConf nodes a job) that
+        # live until their job ends: every full garbage collection walked them all, a cost that
+        # grew with the sweep (driver CPU per run 1.20x at 2,000 runs against 500). Frozen, the
+        # collector skips them; those a job's end releases are collected once the sweep is over.
+        gc.freeze()
         with phase("pool_start"):
             pool = open_run_pool(site, _run_hydra_job, sweep_dir / ".parsl", [j.num_nodes for j in to_run])
         aborted = False
@@ -351,6 +357,7 @@ class ParslLauncher(Launcher):
                 observer = None
             raise
         finally:
+            gc.unfreeze()
             if not aborted:
                 with phase("pool_stop"):
                     pool.close()
