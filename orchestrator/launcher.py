@@ -5,7 +5,8 @@ which scalestudy's config interpolates from ``nodes`` and ``workers_per_node``),
 one sweep can mix node counts. On a site with a scheduler the task runs Hydra's
 ``run_job`` on a Parsl worker with ``$PARSL_MPI_PREFIX`` set for exactly that
 allocation; on the local site it runs in a thread of this process with the same
-prefix, composed for ``localhost`` nodes (``run_pools``).
+prefix, composed for ``localhost`` nodes (``run_pools``) — or, where the observer planned
+the job whole (``planned_task``), that task runs in the thread without Hydra's ``run_job``.
 
 The launcher itself knows nothing about studies or databases: an optional observer
 (a class named in the launcher config) is told about the sweep before anything is

@@ -2,6 +2,7 @@
 
 Every pool takes one Hydra job (the tuple ``_run_hydra_job`` reads) and returns a
 ``concurrent.futures.Future`` of its ``JobReturn``; the launcher only waits on futures.
+The local pool also takes a job planned whole (``submit_task``: no Hydra ``run_job``).
 
 - ``ParslRunPool`` (Slurm, PBS Pro, Cobalt): Parsl's ``MPIExecutor`` on the site's
   provider, one executor per batch job size (per node count, or one for a packed sweep);
