@@ -274,11 +274,18 @@ class ParslLauncher(Launcher):
 
         # The planned jobs' configs are millions of objects (~150 KB of OmegaConf nodes a job) that
         # live until their job ends: every full garbage collection walked them all, a cost that
-        # grew with the sweep (driver CPU per run 1.20x at 2,000 runs against 500). Frozen, the
-        # collector skips them; those a job's end releases are collected once the sweep is over.
+        # grew with the sweep (driver CPU per run 1.20x at 2,000 runs against 500). Frozen (after
+        # one collection, so that no garbage is frozen with them), the collector skips them; the
+        # configs of ended jobs (reference cycles: OmegaConf nodes point at their parents) are
+        # collected once the sweep is over and the objects are unfrozen.
+        gc.collect()
         gc.freeze()
-        with phase("pool_start"):
-            pool = open_run_pool(site, _run_hydra_job, sweep_dir / ".parsl", [j.num_nodes for j in to_run])
+        try:
+            with phase("pool_start"):
+                pool = open_run_pool(site, _run_hydra_job, sweep_dir / ".parsl", [j.num_nodes for j in to_run])
+        except BaseException:
+            gc.unfreeze()
+            raise
         aborted = False
         try:
             singleton_state = Singleton.get_state()
@@ -322,9 +329,8 @@ class ParslLauncher(Launcher):
                         ret.cfg = ret.hydra_cfg = None
                         if ret.status == JobStatus.COMPLETED:
                             ret._return_value = None
-                        # nor the job's own composed config (~150 KB): held by the sweep's job
-                        # list, it made the driver's memory grow with every run that ended
-                        # (the pool's copy went with the ended future); a retry keeps it above
+                        # nor the job's own composed config (~150 KB), held by the sweep's job
+                        # list (freed when the sweep unfreezes the collector); a retry keeps it above
                         job.config = None
 
             planned_tasks = observer is not None and hasattr(observer, "planned_task") and \

@@ -69,7 +69,13 @@ def _numeric(table: Rows) -> list[bool]:
 
 
 def _json_value(v):
-    if _missing(v) or (isinstance(v, float) and math.isinf(v)):   # JSON has no NaN nor infinity
+    """A cell as JSON can hold it: NaN and infinities (JSON has neither) as null, also inside the
+    params and metrics mappings; times in ISO 8601."""
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if _missing(v) or (isinstance(v, float) and math.isinf(v)):
         return None
     if isinstance(v, (datetime, date)):
         return v.isoformat()
@@ -92,8 +98,10 @@ def write_csv(table: Rows, fh) -> None:
 
 def write_json(table: Rows, fh) -> None:
     """Records, one object per row; missing values as null, times in ISO 8601."""
-    json.dump([{c: _json_value(v) for c, v in zip(table.columns, row)} for row in table.rows], fh,
-              default=str, allow_nan=False, separators=(",", ":"))   # compact, as pandas wrote it
+    # the whole text first: an error must not leave half an array on stdout or in a file
+    text = json.dumps([{c: _json_value(v) for c, v in zip(table.columns, row)} for row in table.rows],
+                      default=str, allow_nan=False, separators=(",", ":"))   # compact, as pandas wrote it
+    fh.write(text)
 
 
 def render(data, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:

@@ -320,15 +320,17 @@ class SweepRecorder:
         """On the local site, the run as planned (``execute_planned`` of its folder, whose spec.json
         ``before_submit`` wrote), instead of Hydra's ``run_job`` around ``sweep_job``, which would do
         the same after copying the job's config four times. Not where the job asks Hydra for
-        anything the planned run would not do: a working directory, environment variables or
-        callbacks of its own."""
+        anything the planned run would not do: a working directory, environment variables,
+        callbacks or ``.hydra/`` copies of the config of its own. (Hydra's per-job log file,
+        ``scalestudy.log``, empty for these runs, is not written.)"""
         from functools import partial
 
         from .mpi_run import execute_planned
 
         if self.site is None or self.site.provider != "local" or not (job.output_dir / SPEC_FILE).is_file():
             return None
-        if any(OmegaConf.select(job.config, key) for key in ("hydra.job.chdir", "hydra.job.env_set", "hydra.callbacks")):
+        if any(OmegaConf.select(job.config, key) for key in ("hydra.job.chdir", "hydra.job.env_set", "hydra.callbacks",
+                                                             "hydra.output_subdir")):
             return None
         return partial(execute_planned, job.output_dir)
 

@@ -171,8 +171,8 @@ def hashable_values(name: str, values: Sequence[Any]) -> list | None:
     if any(isinstance(v, (list, dict, tuple)) for v in values):
         return [json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
                 if isinstance(v, (list, dict, tuple)) else v for v in values]
-    if name.startswith("params.") and len({value_kind(v) for v in values if v is not None}) > 1:
-        return [None if v is None else json.dumps(v) for v in values]
+    if name.startswith("params.") and len({value_kind(v) for v in values if not _missing(v)}) > 1:
+        return [None if _missing(v) else json.dumps(v) for v in values]
     return None
 
 
@@ -204,7 +204,11 @@ def _sort_key(value) -> tuple:
 
 
 def _std(xs: list[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else float("nan")
+    """Sample standard deviation (ddof 1); NaN for fewer than two values or a non-finite one,
+    as pandas gives (``statistics.stdev`` raises on an infinity)."""
+    if len(xs) < 2 or not all(math.isfinite(x) for x in xs):
+        return float("nan")
+    return statistics.stdev(xs)
 
 
 _REDUCE: dict[str, Callable[[list], Any]] = {
@@ -301,36 +305,55 @@ def _sql_group(engine: Engine, group_by, metrics, study, where, attempts) -> Row
     relative error grows as (mean / std)² x 1e-16) a second pass sums squared deviations from
     each group's mean instead."""
     k = len(group_by)
-    keys = [_typed_column(g).label(f"g{i}") for i, g in enumerate(group_by)]
-    values = []
-    for j, column in enumerate(metrics):
-        typed = _typed_column(column)
-        values.append((func.nullif(typed, literal(float("nan"), Float)) if isinstance(typed.type, Float)
-                       else typed).label(f"m{j}"))
+    def no_nan(column):   # PostgreSQL keeps NaN (a group of its own, a mean of NaN); SQLite stores NULL
+        return func.nullif(column, literal(float("nan"), Float)) if isinstance(column.type, Float) else column
+
+    keys = [no_nan(_typed_column(g)).label(f"g{i}") for i, g in enumerate(group_by)]
+    values = [no_nan(_typed_column(column)).label(f"m{j}") for j, column in enumerate(metrics)]
     runs, _ = _selection(select(*keys, *values), study, where, None, attempts)
     runs = runs.subquery()
     g = [runs.c[f"g{i}"] for i in range(k)]
     m = [runs.c[f"m{j}"] for j in range(len(metrics))]
-    per_metric = ("n", "mean", "min", "max", "sum", "sq")
-    first = select(*g, *(f(x).label(f"{name}{j}") for j, x in enumerate(m) for name, f in (
-        ("n", func.count), ("mean", func.avg), ("min", func.min), ("max", func.max), ("sum", func.sum),
-        ("sq", lambda x: func.sum(cast(x, Float) * cast(x, Float)))))).group_by(*g)
+    numeric = [isinstance(_typed_column(c).type, (Integer, Float)) for c in metrics]
+    # a column asked only for its count (text, times, flags too) gets only COUNT: PostgreSQL has
+    # no AVG of text
+    stats_of = [("n", func.count), ("mean", func.avg), ("min", func.min), ("max", func.max), ("sum", func.sum),
+                ("sq", lambda x: func.sum(cast(x, Float) * cast(x, Float)))]
+    wanted = [stats_of if numeric[j] and any(a != "count" for a in aggs) else stats_of[:1]
+              for j, aggs in enumerate(metrics.values())]
+    first = select(*g, *(f(x).label(f"{name}{j}") for j, x in enumerate(m) for name, f in wanted[j])).group_by(*g)
     with engine.connect() as conn:
         groups = [tuple(r) for r in conn.execute(first)]
-        stats = {r[:k]: [dict(zip(per_metric, r[k + 6 * j:k + 6 * j + 6])) for j in range(len(m))] for r in groups}
+        stats = {}
+        for r in groups:
+            at, row = k, []
+            for names in wanted:
+                row.append(dict(zip((n for n, _ in names), r[at:at + len(names)])))
+                at += len(names)
+            stats[r[:k]] = row
         wants_std = [j for j, aggs in enumerate(metrics.values()) if "std" in aggs]
         for s in (s for row in stats.values() for j, s in enumerate(row) if j in wants_std):
-            s["ss"] = None if s["n"] < 2 else float(s["sq"]) - float(s["sum"]) ** 2 / s["n"]
-        if any(s["ss"] is not None and s["ss"] / (s["n"] - 1) < 1e-8 * float(s["mean"]) ** 2
-               for row in stats.values() for j, s in enumerate(row) if j in wants_std):
+            if s["n"] < 2:
+                s["ss"] = None
+            elif not math.isfinite(float(s["sum"])):
+                s["ss"] = None   # an infinity: NaN, as group_rows and pandas give
+            elif s["min"] == s["max"]:
+                s["ss"] = 0.0   # no spread: nothing to cancel
+            else:
+                s["ss"] = float(s["sq"]) - float(s["sum"]) ** 2 / s["n"]
+                s["cancels"] = s["ss"] / (s["n"] - 1) < 1e-8 * float(s["mean"]) ** 2
+        if any(s.get("cancels") for row in stats.values() for j, s in enumerate(row) if j in wants_std):
             means = first.subquery()
             on = and_(*(runs.c[f"g{i}"].is_not_distinct_from(means.c[f"g{i}"]) for i in range(k)))
             mg = [means.c[f"g{i}"] for i in range(k)]
-            second = (select(*mg, *(func.sum((x - means.c[f"mean{j}"]) * (x - means.c[f"mean{j}"])) for j, x in enumerate(m)))
+            second = (select(*mg, *(func.sum((m[j] - means.c[f"mean{j}"]) * (m[j] - means.c[f"mean{j}"]))
+                                    for j in wants_std))
                       .select_from(runs.join(means, on)).group_by(*mg))
             for r in conn.execute(second):
-                for j in wants_std:
-                    stats[tuple(r[:k])][j]["ss"] = None if r[k + j] is None else float(r[k + j])
+                row = stats.get(tuple(r[:k]))
+                for i, j in enumerate(wants_std):
+                    if row is not None and row[j].get("cancels"):
+                        row[j]["ss"] = None if r[k + i] is None else float(r[k + i])
     out = []
     for key in sorted(stats, key=lambda key: tuple(_sort_key(v) for v in key)):
         cells = list(key)

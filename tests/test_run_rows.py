@@ -91,8 +91,14 @@ def study(tmp_path):
 
 
 def test_aggregate_frame_and_cli_rows_agree(study, tmp_path):
+    """What the CLI prints (GROUP BY in SQL) against pandas' groupby over the runs themselves."""
     engine, url = study
-    frame = compare.aggregate(engine, ["nodes", "algorithm"], {"throughput": ["count", "mean", "std"]}, study="rows")
+    from results_db import query
+
+    runs = query.runs(engine, study="rows", columns=["nodes", "algorithm", "throughput"])
+    frame = (runs.groupby(["nodes", "algorithm"]).agg(throughput_count=("throughput", "count"),
+                                                      throughput_mean=("throughput", "mean"),
+                                                      throughput_std=("throughput", "std")).reset_index())
     out = scalestudy("query", "--study", "rows", "--group-by", "nodes,algorithm", "--format", "csv", "--db", url,
                      cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -162,6 +168,10 @@ def test_the_database_groups_as_group_rows_does(db_url):
         if study == "narrow":   # the spread really is resolved, not cancelled to 0 or noise
             stds = in_python.column("throughput_std")
             assert all(0.1 < s < 0.6 for s in stds), stds
+    # a count of a text column (PostgreSQL has no AVG of text) and of a time column
+    counted = run_rows.aggregate_rows(engine, ["nodes"], {"status": ["count"], "started_at": ["count"]},
+                                      study="plain")
+    assert [r[1:] for r in counted.rows] == [(20, 0)] * 3   # never started: no start time to count
     # what SQL cannot group goes through group_rows: the median, a free parameter
     median = run_rows.aggregate_rows(engine, ["nodes"], {"throughput": ["median"]}, study="plain")
     values = {n: sorted(v for (nn, v) in run_rows.run_rows(engine, study="plain", columns=["nodes", "throughput"]).rows
@@ -174,3 +184,16 @@ def statistics_median(xs):
     import statistics
 
     return statistics.median(xs)
+
+
+def test_non_finite_values_aggregate_and_print_as_pandas_would(tmp_path, capsys):
+    """An infinite throughput gives a NaN deviation (statistics.stdev raises on it); NaN and
+    infinity inside the metrics mapping print as null in JSON, and the output is whole."""
+    table = Rows(["nodes", "throughput"], [(1, float("inf")), (1, 2.0), (2, 3.0), (2, 5.0)])
+    grouped = group_rows(table, ["nodes"], {"throughput": ["mean", "std"]})
+    assert grouped.rows[0][1] == float("inf") and math.isnan(grouped.rows[0][2])
+    assert grouped.rows[1][1:] == (4.0, pytest.approx(math.sqrt(2.0)))
+    from orchestrator.report import render
+
+    render(Rows(["run_id", "metrics"], [(1, {"loss": float("nan"), "best": float("inf"), "n": 3})]), "json")
+    assert json.loads(capsys.readouterr().out) == [{"run_id": 1, "metrics": {"loss": None, "best": None, "n": 3}}]
