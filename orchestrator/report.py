@@ -18,7 +18,7 @@ from rich.console import Console
 
 from results_db import run_rows
 from results_db.columns import FAILED_STATES
-from results_db.run_rows import Rows
+from results_db.run_rows import Rows, missing
 
 from .sweep_table import RESULTS, SUMMARY_FIELDS, SWEEP_COLUMNS, cell, rows_table  # noqa: F401 - SWEEP_COLUMNS re-exported
 
@@ -31,7 +31,7 @@ def as_rows(data) -> Rows:
     if isinstance(data, Rows):
         return data
     return Rows([str(c) for c in data.columns],
-                [tuple(None if _missing(v) else _plain_value(v) for v in row)
+                [tuple(None if missing(v) else _plain_value(v) for v in row)
                  for row in data.itertuples(index=False)])
 
 
@@ -44,26 +44,15 @@ def _plain_value(v):
     return v
 
 
-def _missing(v) -> bool:
-    if v is None:
-        return True
-    if isinstance(v, float):
-        return math.isnan(v)
-    try:   # numpy / pandas missing values (NaN, NaT, NA) without importing either
-        return type(v).__name__ in ("NaTType", "NAType") or bool(v != v) and not isinstance(v, (list, dict, str))
-    except (TypeError, ValueError):
-        return False
-
-
 def _cell(value) -> str:
-    return "-" if _missing(value) else cell(value)
+    return "-" if missing(value) else cell(value)
 
 
 def _numeric(table: Rows) -> list[bool]:
     """Columns whose values present are all numbers (right-aligned)."""
     out = []
     for j in range(len(table.columns)):
-        present = [r[j] for r in table.rows if not _missing(r[j])]
+        present = [r[j] for r in table.rows if not missing(r[j])]
         out.append(bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present))
     return out
 
@@ -75,7 +64,7 @@ def _json_value(v):
         return {k: _json_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_json_value(x) for x in v]
-    if _missing(v) or (isinstance(v, float) and math.isinf(v)):
+    if missing(v) or (isinstance(v, float) and math.isinf(v)):
         return None
     if isinstance(v, (datetime, date)):
         return v.isoformat()
@@ -83,7 +72,7 @@ def _json_value(v):
 
 
 def _csv_value(v):
-    if _missing(v):
+    if missing(v):
         return ""
     if isinstance(v, (list, dict)):
         return json.dumps(v, sort_keys=True)

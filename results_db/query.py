@@ -14,14 +14,9 @@ from sqlalchemy import Engine, select
 
 from . import run_rows
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
-from .run_rows import ATTEMPTS, recent_run_ids  # noqa: F401 - re-exported
+from .run_rows import ATTEMPTS, _ids, recent_run_ids  # noqa: F401 - re-exported
 from .schema import Eval, Event, Round, Run, Step, StepStat, Study
 from .where import JsonFilter, parse_where  # noqa: F401 - re-exported
-
-
-def _ids(run_ids: Sequence[int]) -> list[int]:
-    """Plain ints: a pandas column of numpy integers would not bind."""
-    return [int(i) for i in run_ids]
 
 
 def expand_json(frame: pd.DataFrame, field: str, keys: Sequence[str] | None = None) -> pd.DataFrame:

@@ -132,7 +132,7 @@ def with_json_keys(engine: Engine, table: Rows, study=None, where=None, run_ids=
         values = {f"params.{k}": v for k, v in (params or {}).items()}
         values.update({f"metrics.{k}": v for k, v in (metrics or {}).items()})
         by_id[run_id] = values
-    present = {k for values in by_id.values() for k, v in values.items() if not _missing(v)}
+    present = {k for values in by_id.values() for k, v in values.items() if not missing(v)}
     keys = [f"{f}.{k}" for f in JSON_FIELDS for k in sorted({k.split(".", 1)[1] for k in present
                                                              if k.startswith(f + ".")})]
     keys = [k for k in keys if k not in table.columns]
@@ -171,8 +171,8 @@ def hashable_values(name: str, values: Sequence[Any]) -> list | None:
     if any(isinstance(v, (list, dict, tuple)) for v in values):
         return [json.dumps(list(v) if isinstance(v, tuple) else v, sort_keys=True)
                 if isinstance(v, (list, dict, tuple)) else v for v in values]
-    if name.startswith("params.") and len({value_kind(v) for v in values if not _missing(v)}) > 1:
-        return [None if _missing(v) else json.dumps(v) for v in values]
+    if name.startswith("params.") and len({value_kind(v) for v in values if not missing(v)}) > 1:
+        return [None if missing(v) else json.dumps(v) for v in values]
     return None
 
 
@@ -186,17 +186,28 @@ def hashable_columns(table: Rows) -> Rows:
     return Rows(list(table.columns), list(zip(*columns)) if table.rows else [])
 
 
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+def missing(v) -> bool:
+    """A value never measured: None, a float NaN, or numpy's / pandas' missing values (NaN, NaT,
+    NA) without importing either. The one test of missing for grouping and for printing."""
+    if v is None:
+        return True
+    if isinstance(v, float):
+        return math.isnan(v)
+    if isinstance(v, (int, str, list, dict, tuple)):
+        return False
+    try:
+        return type(v).__name__ in ("NaTType", "NAType") or bool(v != v)
+    except (TypeError, ValueError):
+        return False
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not _missing(v)
+    return isinstance(v, (int, float)) and not missing(v)
 
 
 def _sort_key(value) -> tuple:
     """Group keys in pandas' order: missing last, numbers by value, others as text."""
-    if _missing(value):
+    if missing(value):
         return (2, 0, "")
     if isinstance(value, (int, float)):
         return (0, value, "")
@@ -234,7 +245,7 @@ def group_rows(table: Rows, group_by: Sequence[str], metrics: dict[str, Sequence
     check_aggregates(metrics)
     table = hashable_columns(table)
     for column, aggs in metrics.items():
-        values = [v for v in table.column(column) if not _missing(v)]
+        values = [v for v in table.column(column) if not missing(v)]
         if any(a != "count" for a in aggs) and not all(_number(v) for v in values):
             raise AggregateError(f"--agg {column}: not a numeric column (count is the only aggregate it takes)")
     keys_at = [table.columns.index(g) for g in group_by]
@@ -242,14 +253,14 @@ def group_rows(table: Rows, group_by: Sequence[str], metrics: dict[str, Sequence
     groups: dict[tuple, list[tuple]] = {}
     for r in table.rows:
         # a NaN never equals itself: all missing values are one key
-        key = tuple(None if _missing(r[i]) else r[i] for i in keys_at)
+        key = tuple(None if missing(r[i]) else r[i] for i in keys_at)
         groups.setdefault(key, []).append(r)
     out = []
     for key in sorted(groups, key=lambda k: tuple(_sort_key(v) for v in k)):
         rows = groups[key]
         cells = list(key)
         for column, aggs in metrics.items():
-            present = [r[metric_at[column]] for r in rows if not _missing(r[metric_at[column]])]
+            present = [r[metric_at[column]] for r in rows if not missing(r[metric_at[column]])]
             for agg in aggs:
                 cells.append(len(present) if agg == "count" else _REDUCE[agg](present))
         out.append(tuple(cells))
