@@ -14,7 +14,17 @@ efficiency with the min–max of the per-round ratios, and the median per-step p
 backward, comm_wait, update, ms) of each variant, which say where the difference goes.
 "sync, 1 cycle/step" is ``sync`` with ``cycle_time_ms`` longer than a step: it reduces
 only once backward is done, so comparing it with ``sync`` prices the overlap on a node
-whose cores all compute.
+whose cores all compute. "sync, engine thread" runs the engine's cycles on a thread of
+their own (``engine_thread=true``, Horovod's design) instead of on the training thread.
+
+Where the rest goes. Any synchronous algorithm waits each step for the slower rank;
+two independent processes do not. "skew" is the mean over steps of max(compute) -
+mean(compute) of the two ranks (compute = forward + backward, ms): for a 2-rank run
+from its two ranks' records of the same step; for the limit from its two processes'
+steps paired by index (independent noise, the same machine). "synchronized limit" is the
+limit's throughput had its two processes waited for each other every step (each step
+lasting the longer of the two): the most a synchronous algorithm can reach here with
+free communication. Efficiency against it leaves the engine's and the allreduce's cost.
 Goal: sync >= 0.9 of the limit and ahead of ddp and Horovod.
 """
 
@@ -26,7 +36,8 @@ import json
 import statistics
 from pathlib import Path
 
-from harness import epochs_for, finish_workload, interleave, measured_rate, median, spread, start_workload
+from harness import (epochs_for, finish_workload, interleave, measured_rate, median, spread, start_workload,
+                     step_seconds)
 
 PHASES = ("forward", "backward", "comm_wait", "update")
 # sync with a cycle longer than a step: one negotiation and one fused allreduce once backward
@@ -35,10 +46,29 @@ ONE_CYCLE_MS = 10_000.0
 NO_OVERLAP = "sync, 1 cycle/step"
 
 
+ENGINE_THREAD = "sync, engine thread"
+
+
+def steps_of(run_dir: str, rank: int, warmup: int) -> list[dict]:
+    path = Path(run_dir) / "metrics" / f"rank-{rank}.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines() if '"type":"step"' in l][warmup:]
+
+
 def phases_of(result: dict, warmup: int) -> dict[str, float]:
-    path = Path(result["run_dir"]) / "metrics" / "rank-0.jsonl"
-    steps = [json.loads(l) for l in path.read_text().splitlines() if '"type":"step"' in l][warmup:]
+    steps = steps_of(result["run_dir"], 0, warmup)
     return {k: statistics.median(s[k] for s in steps) for k in PHASES}
+
+
+def skew_of(a: list[dict], b: list[dict]) -> float:
+    """Mean over steps of max - mean of the two ranks' compute (forward + backward), s."""
+    pairs = [(x["forward"] + x["backward"], y["forward"] + y["backward"]) for x, y in zip(a, b)]
+    return statistics.mean(max(p) - sum(p) / 2 for p in pairs)
+
+
+def synchronized_rate(a: list[dict], b: list[dict], batch: int) -> float:
+    """Two independent processes' samples/s had each step lasted the longer of the two."""
+    pairs = list(zip(a, b))
+    return len(pairs) * 2 * batch / sum(max(step_seconds(x), step_seconds(y)) for x, y in pairs)
 
 
 def main() -> None:
@@ -55,43 +85,58 @@ def main() -> None:
             "steps_per_epoch": per_epoch}
     algorithms = ["sync", "ddp"] + (["horovod"] if importlib.util.find_spec("horovod") else [])
     phases: dict[str, list[dict[str, float]]] = {}
+    skews: dict[str, list[float]] = {}
+    synchronized: list[float] = []
 
-    def keep(name: str, result: dict) -> float:
+    def keep(name: str, result: dict, ranks: int = 2) -> float:
         phases.setdefault(name, []).append(phases_of(result, args.warmup))
+        if ranks == 2:
+            skews.setdefault(name, []).append(skew_of(*(steps_of(result["run_dir"], r, args.warmup) for r in (0, 1))))
         return measured_rate(result, args.warmup)[0]
 
     def limit() -> float:
-        runs = [start_workload({**spec, "algorithm": "sync"}, 1) for _ in range(2)]
-        return sum(keep("limit (1 rank)", finish_workload(*run)) for run in runs)
+        runs = [finish_workload(*run) for run in [start_workload({**spec, "algorithm": "sync"}, 1) for _ in range(2)]]
+        a, b = (steps_of(r["run_dir"], 0, args.warmup) for r in runs)
+        skews.setdefault("limit", []).append(skew_of(a, b))
+        synchronized.append(synchronized_rate(a, b, args.batch_size))
+        return sum(keep("limit (1 rank)", r, ranks=1) for r in runs)
 
-    def two_ranks(algorithm: str, **extra):
-        name = NO_OVERLAP if extra else algorithm
-        return lambda: keep(name, finish_workload(*start_workload({**spec, "algorithm": algorithm, **extra}, 2)))
+    def two_ranks(algorithm: str, name: str | None = None, **extra):
+        return lambda: keep(name or algorithm,
+                            finish_workload(*start_workload({**spec, "algorithm": algorithm, **extra}, 2)))
 
     print(f"weak scaling, 2 ranks vs 2 independent 1-rank processes: {args.model} on {args.dataset}, batch "
           f"{args.batch_size}/rank, 1 thread/rank, {epochs} epoch(s) x {per_epoch} steps, first {args.warmup} "
           f"excluded, {args.repeats} interleaved repeats ({', '.join(algorithms)}"
           f"{'' if 'horovod' in algorithms else '; Horovod not installed: scripts/install-horovod.sh'})")
     variants = {"limit": limit, **{a: two_ranks(a) for a in algorithms}}
-    variants[NO_OVERLAP] = two_ranks("sync", cycle_time_ms=ONE_CYCLE_MS)
-    algorithms.insert(1, NO_OVERLAP)
+    variants[ENGINE_THREAD] = two_ranks("sync", ENGINE_THREAD, engine_thread=True)
+    variants[NO_OVERLAP] = two_ranks("sync", NO_OVERLAP, cycle_time_ms=ONE_CYCLE_MS)
+    algorithms[1:1] = [ENGINE_THREAD, NO_OVERLAP]
     samples = interleave(variants, args.repeats)
     lim = median(samples["limit"])
     print(f"limit: {lim:.1f} samples/s ({spread(samples['limit'])})")
+    sync_ratios = [x / y for x, y in zip(synchronized, samples["limit"])]
+    print(f"synchronized limit: {median(synchronized):.1f} samples/s ({spread(synchronized)}), "
+          f"{median(sync_ratios):.3f} of the limit (per-round {spread(sync_ratios)})")
     for a in algorithms:
         ratios = [x / y for x, y in zip(samples[a], samples["limit"])]
+        of_synchronized = [x / y for x, y in zip(samples[a], synchronized)]
         print(f"efficiency {a} = {median(samples[a]) / lim:.3f} (per-round {spread(ratios)}); "
-              f"{median(samples[a]):.1f} samples/s ({spread(samples[a])})")
+              f"{median(samples[a]):.1f} samples/s ({spread(samples[a])}); "
+              f"of the synchronized limit {median(of_synchronized):.3f} (per-round {spread(of_synchronized)})")
     # the VM's speed drifts between rounds more than the variants differ: compare sync with
     # each peer within a round (they ran minutes apart), not medians taken over all rounds
-    for peer in [a for a in algorithms if a not in ("sync", NO_OVERLAP)]:
+    for peer in [a for a in algorithms if a != "sync"]:
         paired = [x / y for x, y in zip(samples["sync"], samples[peer])]
         ahead = sum(r > 1 for r in paired)
         print(f"sync / {peer} paired by round = {median(paired):.3f} (per-round {spread(paired)}; "
               f"sync ahead in {ahead} of {len(paired)} rounds)")
     print("median per-step phases (ms, rank 0):")
     for name, rows in phases.items():
-        print(f"  {name:15s} " + "  ".join(f"{k} {statistics.median(r[k] for r in rows) * 1e3:7.2f}" for k in PHASES))
+        skew = skews.get(name.replace(" (1 rank)", ""))
+        print(f"  {name:19s} " + "  ".join(f"{k} {statistics.median(r[k] for r in rows) * 1e3:7.2f}" for k in PHASES)
+              + (f"  skew {median(skew) * 1e3:6.2f}" if skew else ""))
 
 
 if __name__ == "__main__":

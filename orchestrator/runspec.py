@@ -301,6 +301,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         repeat=_int("repeat", d("repeat"), minimum=0),
         fusion_threshold_mb=_float("fusion_threshold_mb", d("fusion_threshold_mb"), strict=False),
         cycle_time_ms=_float("cycle_time_ms", d("cycle_time_ms")),
+        engine_thread=_bool("engine_thread", d("engine_thread")),
         timeline=_bool("timeline", d("timeline")),
         device=device,
         sync_every=_int("sync_every", d("sync_every"), minimum=0),

@@ -82,9 +82,9 @@ def test_run_keys_of_older_runs_do_not_change_and_new_fields_count_when_set():
     assert run_key(spec) == _v1_run_key(spec)
     keys = {run_key(spec)}
     for change in ({"params": {"hidden": 128}}, {"repeat": 1}, {"momentum": 0.9}, {"steps_per_epoch": 5},
-                   {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}):
+                   {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}, {"engine_thread": True}):
         keys.add(run_key(build_run_spec({**base, **change})))
-    assert len(keys) == 7
+    assert len(keys) == 8
     # not part of a run's identity: where the data lies, the time limit, the study
     assert run_key(build_run_spec({**base, "run_timeout": 10.0, "study_name": "other"})) == run_key(spec)
 

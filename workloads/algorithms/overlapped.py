@@ -39,6 +39,7 @@ class OverlappedFusedAllreduce(GradientSync):
             cycle_time_s=options.cycle_time_ms / 1000.0,
             clock=options.clock or time.time,
             timeline=options.timeline,
+            progress="thread" if options.engine_thread else "hooks",
         )
         self._layout(list(range(len(named))))
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for _, p in named]

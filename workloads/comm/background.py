@@ -10,12 +10,21 @@ Because every decision is derived from the same collective result, all ranks iss
 the same collectives in the same order without a central coordinator.
 
 The engine has its own communicator (a duplicate), so its collectives never
-interleave with the training loop's. While backprop runs, the thread wakes once per
-cycle and never waits on MPI (nonblocking collectives, tested at the next cycle),
-leaving the core to backprop: on a node whose cores all compute, every wake-up of
-this thread is taken from backprop (benchmarks/RESULTS.md, weak scaling). An earlier
-version waited for each collective in polled sleeps (50 us doubling to 1 ms): about
-127 wake-ups per resnet20 step instead of about 25, and a backward 10-26 ms slower.
+interleave with the training loop's. While backprop runs, a cycle never waits on MPI
+(nonblocking collectives, tested at the next cycle). Where the cycles run:
+
+- ``progress="hooks"`` (the default): on the training thread, from the gradient hook
+  that finds ``cycle_time`` passed since the last cycle, and the rest in ``wait()``.
+  No second thread wakes up, so a cycle costs only its own work: no context switch,
+  no GIL hand-over, and MPI needs no ``MPI_THREAD_MULTIPLE``. A layer whose backward
+  runs long without a hook delays the next cycle (its gradient is not ready anyway).
+- ``progress="thread"``: a background thread of its own, as Horovod's, waking once per
+  cycle. On a node whose cores all compute, each wake-up is taken from backprop
+  (benchmarks/RESULTS.md, weak scaling).
+
+An earlier version waited for each collective in polled sleeps (50 us doubling to
+1 ms): about 127 wake-ups per resnet20 step instead of about 25, and a backward 10-26 ms
+slower.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ from .fused_allreduce import FusedAllreduce
 from .fusion import plan_fusion
 
 _POLL_SECONDS = 50e-6
+# "hooks": cycles run on the training thread, from the gradient hooks and in wait();
+# "thread": on a background thread of their own, as Horovod's
+PROGRESS_MODES = ("hooks", "thread")
 
 
 def require_thread_multiple(what: str) -> None:
@@ -44,6 +56,15 @@ def require_thread_multiple(what: str) -> None:
             f"({MPI.Get_library_version().splitlines()[0].strip()}) provides MPI_THREAD_{names.get(level, level)}; "
             "use an MPI built with thread support (e.g. the mpich wheel)"
         )
+
+
+@dataclass
+class _Cycles:
+    """Where a step's cycles stand: slots in a started allreduce, reductions not yet
+    collected, the negotiation started and not yet answered."""
+    started: np.ndarray
+    in_flight: list = field(default_factory=list)
+    negotiation: "_Negotiation | None" = None
 
 
 @dataclass
@@ -73,8 +94,12 @@ class BackgroundAllreduce:
                  fusion_threshold_bytes: int, cycle_time_s: float,
                  clock: Callable[[], float] = time.time, timeline: bool = False,
                  flat: torch.Tensor | None = None, offsets: Sequence[int] | None = None,
-                 poll_seconds: float | None = _POLL_SECONDS) -> None:
-        require_thread_multiple("the fused allreduce engine")
+                 poll_seconds: float | None = _POLL_SECONDS, progress: str = "hooks") -> None:
+        if progress not in PROGRESS_MODES:
+            raise ValueError(f"progress={progress!r}: expected one of {', '.join(PROGRESS_MODES)}")
+        self.progress = progress
+        if progress == "thread":
+            require_thread_multiple("the fused allreduce engine")
         self.comm = comm.Dup()
         self.threshold = int(fusion_threshold_bytes)
         self.cycle_time = float(cycle_time_s)
@@ -89,8 +114,11 @@ class BackgroundAllreduce:
         self._error: BaseException | None = None
         self._stop = False
         self._last_cycle = -float("inf")
-        self._thread = threading.Thread(target=self._loop, name="fused-allreduce", daemon=True)
-        self._thread.start()
+        self._cycles = _Cycles(started=np.zeros(len(self.names), bool))
+        self._thread: threading.Thread | None = None
+        if progress == "thread":
+            self._thread = threading.Thread(target=self._loop, name="fused-allreduce", daemon=True)
+            self._thread.start()
 
     # -- called by the training thread -----------------------------------------------
 
@@ -110,12 +138,14 @@ class BackgroundAllreduce:
         else:
             with lock:
                 self._state, self._pending = state, False
+                self._cycles = _Cycles(started=np.zeros(n, bool))
 
     def begin_step(self, step: int) -> None:
         n = len(self.names)
         with self._cv:
             self._state = _Step(number=step, ready_local=np.zeros(n, np.uint8), done=np.zeros(n, bool),
                                 tensors=[None] * n, ready_time=[0.0] * n)
+            self._cycles = _Cycles(started=np.zeros(n, bool))
             self._complete.clear()
 
     def ready(self, index: int, tensor: torch.Tensor) -> None:
@@ -130,18 +160,32 @@ class BackgroundAllreduce:
             # Wake the loop only when that changes what it does: the first tensor of
             # a step starts the cycles, the last one ends the cycle-time wait.
             last = st.ready_count == len(self.names)
-            if not self._pending or last:
+            if self._thread is not None and (not self._pending or last):
                 self._pending = True
                 self._cv.notify()
         if self.timeline:
             self.events.append({"step": st.number, "tensor": self.names[index], "phase": "grad_ready",
                                 "t0": t, "t1": t, "bytes": self.nbytes[index]})
+        if self._thread is None and not last:
+            now = time.perf_counter()
+            if now - self._last_cycle >= self.cycle_time:
+                # a cycle on the training thread, between two gradients: no wake-up of
+                # another thread, so no context switch and no GIL hand-over
+                self._last_cycle = now
+                if self._cycle(st, self._cycles, st.ready_local.copy(), backward_done=False):
+                    self._complete.set()
 
     def is_ready(self, index: int) -> bool:
         return bool(self._state.ready_local[index])
 
     def wait(self) -> None:
         """Block until every slot of this step is reduced on this rank."""
+        if self._thread is None:
+            st = self._state
+            if not st.done.all():
+                while not self._cycle(st, self._cycles, st.ready_local.copy(), backward_done=True):
+                    pass
+            return
         while not self._complete.wait(timeout=1.0):
             if self._error is not None or not self._thread.is_alive():
                 break
@@ -149,6 +193,9 @@ class BackgroundAllreduce:
             raise RuntimeError(f"background allreduce failed: {self._error}") from self._error
 
     def close(self) -> None:
+        if self._thread is None:
+            self.comm.Free()
+            return
         with self._cv:
             self._stop = True
             self._cv.notify()
@@ -175,58 +222,60 @@ class BackgroundAllreduce:
             self._complete.set()
 
     def _run_cycles(self, st: _Step) -> None:
-        """One step's cycles. While this rank's backward runs, the thread wakes once per
-        cycle and never waits on MPI: it collects what completed since the last cycle,
-        turns a finished negotiation into fused allreduces (started, not waited for) and
-        starts the next negotiation. Each wake-up takes the core and the GIL from
-        backprop, so there is one per cycle, not one per ``Test`` of a polled wait.
-        Once every slot of this rank is ready, the rest is waited for in ``MPI_Wait``.
-
-        Every rank starts the same collectives in the same order (negotiation k, the
-        groups its result gives, negotiation k+1, ...), since each group comes from the
-        same collective result and a new negotiation starts exactly when the previous
-        one's groups have been started and some slot is still unreduced."""
-        n = len(self.names)
-        started = np.zeros(n, bool)                     # slots in a started allreduce
-        in_flight: list[_Reduction] = []
-        negotiation: _Negotiation | None = None
+        """One step's cycles on the engine thread, at most one every ``cycle_time``.
+        Once every slot of this rank is ready, waiting out the cycle only delays the
+        step, so the rest runs back to back (in ``MPI_Wait``)."""
+        cycles = self._cycles
         while True:
-            # The cycle time lets more tensors arrive for fusion; once all of this
-            # rank's are in, waiting out the cycle only delays the step.
             with self._cv:
-                while st.ready_count < n:
+                while st.ready_count < len(self.names):
                     delay = self._last_cycle + self.cycle_time - time.perf_counter()
                     if delay <= 0:
                         break
                     self._cv.wait(timeout=delay)
                 local = st.ready_local.copy()
             self._last_cycle = time.perf_counter()
-            backward_done = bool(local.all())
-            in_flight = [r for r in in_flight if not self._finish(st, r, wait=backward_done)]
-            if negotiation is None:
-                negotiation = self._negotiate(local)
-            if backward_done:
-                negotiation.request.Wait()
-            elif not negotiation.request.Test():
-                continue
-            todo = [i for i in np.flatnonzero(negotiation.result) if not started[i]]
-            self._record_negotiation(st, negotiation, len(todo))
-            for group in plan_fusion(todo, self.nbytes, self.threshold):
-                started[group] = True
-                reduction = self._start(st, group, blocking=backward_done)
-                if backward_done or not self._finish(st, reduction, wait=False):
-                    in_flight.append(reduction)
-            negotiation = None
-            if started.all():
-                for reduction in in_flight:
-                    self._finish(st, reduction, wait=True)
+            if self._cycle(st, cycles, local, backward_done=bool(local.all())):
                 self._complete.set()
                 return
-            if not backward_done:
-                # this cycle's negotiation, answered by the next cycle's wake-up
-                with self._cv:
-                    local = st.ready_local.copy()
-                negotiation = self._negotiate(local)
+
+    def _cycle(self, st: _Step, c: _Cycles, local: np.ndarray, backward_done: bool) -> bool:
+        """One cycle; returns whether every slot of the step is reduced on this rank.
+
+        While this rank's backward runs, a cycle never waits on MPI: it collects what
+        completed since the last cycle, turns an answered negotiation into fused
+        allreduces (started, not waited for) and starts the next negotiation. Once
+        every slot of this rank is ready (``backward_done``), it waits in ``MPI_Wait``.
+
+        Every rank starts the same collectives in the same order (negotiation k, the
+        groups its result gives, negotiation k+1, ...), since each group comes from the
+        same collective result and a new negotiation starts exactly when the previous
+        one's groups have been started and some slot is still unreduced; when a rank
+        runs its cycles is its own affair."""
+        c.in_flight = [r for r in c.in_flight if not self._finish(st, r, wait=backward_done)]
+        if c.negotiation is None:
+            c.negotiation = self._negotiate(local)
+        if backward_done:
+            c.negotiation.request.Wait()
+        elif not c.negotiation.request.Test():
+            return False
+        todo = [i for i in np.flatnonzero(c.negotiation.result) if not c.started[i]]
+        self._record_negotiation(st, c.negotiation, len(todo))
+        for group in plan_fusion(todo, self.nbytes, self.threshold):
+            c.started[group] = True
+            reduction = self._start(st, group, blocking=backward_done)
+            if backward_done or not self._finish(st, reduction, wait=False):
+                c.in_flight.append(reduction)
+        c.negotiation = None
+        if c.started.all():
+            for reduction in c.in_flight:
+                self._finish(st, reduction, wait=True)
+            c.in_flight = []
+            return True
+        if not backward_done:
+            # this cycle's negotiation, answered by a later cycle
+            c.negotiation = self._negotiate(st.ready_local.copy())
+        return False
 
     def _negotiate(self, local: np.ndarray) -> "_Negotiation":
         """Start the AND of every rank's ready bits. Always a nonblocking collective,
