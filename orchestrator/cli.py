@@ -26,6 +26,7 @@ commands:
                                     one self-contained HTML folder: sweep, tables, figures, failures, provenance
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
+  profile RUN_ID [-o FILE]          a finished run's compute profile, for compute=emulated runs
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
@@ -582,8 +583,59 @@ def _db(argv: Sequence[str]) -> int:
     return 0
 
 
+def _profile(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy profile",
+        description="Write the compute profile of a finished real run, for compute=emulated runs "
+                    "(compute_profile=FILE). Profile a 1-rank run with timeline=true of the model, batch "
+                    "and threads to emulate.")
+    parser.add_argument("run_id", type=int, help="a run id (scalestudy query shows them)")
+    parser.add_argument("-o", "--out", default=None, help="profile file (default: profile-RUN_ID.json)")
+    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out at the start (default 5)")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    import statistics
+
+    from perf_model.profile import DEFAULT_WARMUP, ProfileError, profile_of_run
+
+    try:
+        engine = _open_for_reading(args.db)
+    except (_NoDatabase, _OlderSchema) as exc:
+        return _fail(str(exc))
+    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+    if warmup < 0:
+        return _fail(f"--warmup {warmup}: expected steps >= 0")
+    try:
+        profile = profile_of_run(engine, args.run_id, warmup)
+    except ProfileError as exc:
+        return _fail(str(exc))
+    out = Path(args.out or f"profile-{args.run_id}.json")
+    out.write_text(profile.to_json())
+    src = profile.source
+    ms = lambda xs: f"{statistics.median(xs) * 1e3:.2f} ms (IQR {_iqr_ms(xs)})"  # noqa: E731
+    print(f"{out}: {src['model']}, batch {src['batch_size']}, {src['threads_per_worker']} thread(s) per rank, "
+          f"{len(profile.forward)} step records ({src['world_size']} rank(s), first {warmup} steps left out)")
+    print(f"  forward {ms(profile.forward)}, backward {ms(profile.backward)}")
+    print(f"  gradient ready times: {len(profile.ready_fraction)} tensors from the timeline" if profile.ready_fraction
+          else "  gradient ready times: none (run without timeline=true): emulated runs spread them evenly")
+    if src["world_size"] > 1:
+        print("  note: a multi-rank run's backward includes its engine's work; a 1-rank run's profile is cleaner")
+    return 0
+
+
+def _iqr_ms(xs: Sequence[float]) -> str:
+    import statistics
+
+    if len(xs) < 2:
+        return "-"
+    q = statistics.quantiles(xs, n=4)
+    return f"{q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}"
+
+
 COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
-            "report": _report, "ingest": _ingest, "sites": _sites, "db": _db}
+            "report": _report, "ingest": _ingest, "sites": _sites, "db": _db,
+            "profile": _profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -137,6 +137,38 @@ def _imbalance(c: dict[str, Any], world_size: int, model: str, dataset: str) -> 
     }
 
 
+COMPUTE_KINDS = ("real", "emulated")
+
+
+def _compute(c: dict[str, Any], workload_kind: str, **run: Any) -> dict[str, Any]:
+    """``compute`` and its profile; the profile is read here, so a bad one fails on the login
+    node, and must come from a run of the same model, batch and threads per rank (its times
+    are theirs)."""
+    kind = _choice("compute", c.get("compute", FIELD["compute"].default), COMPUTE_KINDS)
+    profile = c.get("compute_profile")
+    if kind == "real":
+        if profile is not None:
+            raise ConfigError("compute_profile", profile, "is used only with compute=emulated")
+        return {"compute": kind, "compute_profile": None}
+    if workload_kind != "builtin":
+        raise ConfigError("compute", kind, "emulates our training loop's compute; a command workload runs its own")
+    if not isinstance(profile, str) or not profile:
+        raise ConfigError("compute_profile", profile, "compute=emulated needs a profile file "
+                          "(make one from a real run: scalestudy profile RUN_ID -o FILE)")
+    from workloads.emulation import ComputeProfile
+
+    try:
+        loaded = ComputeProfile.load(profile)
+    except ValueError as exc:
+        raise ConfigError("compute_profile", profile, str(exc).split(": ", 1)[-1]) from None
+    differ = [f"{k}={loaded.source[k]!r} (this run: {v!r})" for k, v in run.items()
+              if k in loaded.source and loaded.source[k] != v]
+    if differ:
+        raise ConfigError("compute_profile", profile, "was recorded with " + ", ".join(differ)
+                          + "; profile a run of the same configuration")
+    return {"compute": kind, "compute_profile": str(Path(profile).resolve())}
+
+
 def _params(value: Any) -> dict[str, Any]:
     if value in (None, {}):
         return {}
@@ -305,6 +337,8 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         timeline=_bool("timeline", d("timeline")),
         device=device,
         sync_every=_int("sync_every", d("sync_every"), minimum=0),
+        **_compute(c, workload["workload_kind"], model=model, batch_size=_int("batch_size", d("batch_size")),
+                   threads_per_worker=threads // workers),
         params=_params(c.get("params")),
         run_timeout=None if run_timeout is None else _float("run_timeout", run_timeout),
         **imbalance,

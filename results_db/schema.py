@@ -41,8 +41,9 @@ class Study(Base):
 _NOT_NULL = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_size", "algorithm", "model", "dataset",
              "epochs", "lr", "seed")
 # String lengths a column has had since it was created; other strings are 255 long.
-_STRING_LENGTHS = {"site": 128, "algorithm": 64, "device": 16, "imbalance_kind": 16, "workload_kind": 16}
-_TEXT = ("dataset_path",)
+_STRING_LENGTHS = {"site": 128, "algorithm": 64, "device": 16, "imbalance_kind": 16, "workload_kind": 16,
+                   "compute": 16}
+_TEXT = ("dataset_path", "compute_profile")
 
 
 def field_sql_type(f: RunField):

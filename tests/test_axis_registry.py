@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -82,7 +83,7 @@ def test_run_keys_of_older_runs_do_not_change_and_new_fields_count_when_set():
     assert run_key(spec) == _v1_run_key(spec)
     keys = {run_key(spec)}
     for change in ({"params": {"hidden": 128}}, {"repeat": 1}, {"momentum": 0.9}, {"steps_per_epoch": 5},
-                   {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}, {"engine_thread": True}):
+                   {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}, {"engine_thread": False}):
         keys.add(run_key(build_run_spec({**base, **change})))
     assert len(keys) == 8
     # not part of a run's identity: where the data lies, the time limit, the study
@@ -166,12 +167,25 @@ def test_text_and_mixed_parameters_are_axes_too(tmp_path):
     assert len(query.runs(engine, where="params.act=gelu")) == 1
 
 
+def _profile_file() -> str:
+    """A compute profile of the default configuration (small_cnn, batch 32, 1 thread), for ``compute``."""
+    import tempfile
+
+    from workloads.emulation import ComputeProfile
+
+    path = Path(tempfile.mkdtemp(prefix="axis-profile-")) / "p.json"
+    path.write_text(ComputeProfile((0.01,), (0.02,), {}, {"model": "small_cnn", "batch_size": 32,
+                                                          "threads_per_worker": 1}).to_json())
+    return str(path)
+
+
 def _non_default(f) -> object:
     """A valid value different from the field's default, for the build test below."""
     special = {"site": "local_slurm", "algorithm": "ddp", "model": "resnet20", "dataset": "synthetic_images",
                "device": "cpu", "imbalance_kind": "fixed", "workload_kind": "command", "study": "other",
                "dataset_path": "/data/x", "threads_per_node": 2, "workers_per_node": 2, "imbalance_rank": 0,
-               "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5}
+               "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5,
+               "compute": "emulated", "compute_profile": "set below"}
     if f.name in special:
         return special[f.name]
     if f.type is bool:
@@ -195,6 +209,10 @@ def test_every_config_field_reaches_the_spec(f):
         change = {"imbalance": {"kind": "fixed", rest: value}}
     if f.name == "site":
         change["nodes"] = 1
+    if f.name in ("compute", "compute_profile"):
+        profile = _profile_file()
+        change, value = {"compute": "emulated", "compute_profile": profile}, \
+            "emulated" if f.name == "compute" else profile
     before, after = build_run_spec(base), build_run_spec({**base, **change})
     expected = value if f.name != "study" else "other"
     assert getattr(after, f.name) == expected, f.name

@@ -50,8 +50,9 @@ def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
         filled = conn.execute(text("select momentum, steps_per_epoch, imbalance_sigma, imbalance_rank, repeat, "
                                    "workload_kind from runs")).one()
         assert tuple(filled) == (0.5, 7, 2.0, -1, 0, "builtin")
-        # 0006: a sync run recorded before it ran its engine on a thread of its own
-        assert conn.execute(text("select engine_thread from runs")).scalar() in (True, 1)
+        # 0006: a run recorded before it ran its engine on a thread of its own, and computed for real
+        assert tuple(conn.execute(text("select engine_thread, compute, compute_profile from runs")).one()) \
+            in ((True, "real", None), (1, "real", None))
         count, total = conn.execute(text("select count(*), sum(comm_wait) from steps")).one()
         assert count == 3 and abs(total - 1.2) < 1e-9
         assert conn.execute(text("select count(*) from steps where delay is null")).scalar() == 3

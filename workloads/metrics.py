@@ -9,6 +9,7 @@ system on every step would perturb what is being measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,14 @@ from typing import Any
 METRICS_SCHEMA = 1
 RESULT_FILE = "result.json"
 METRICS_DIR = "metrics"
+
+
+def _finite(fields: dict[str, Any]) -> dict[str, Any]:
+    """NaN and infinities become null: JSON has no such numbers, and the strict reader that
+    ingests the files refuses them (a diverged loss, an emulated run's unmeasured accuracy)."""
+    if any(isinstance(v, float) and not math.isfinite(v) for v in fields.values()):
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()}
+    return fields
 
 
 def rank_file(run_dir: str | Path, rank: int) -> Path:
@@ -29,7 +38,7 @@ class MetricsWriter:
         self._file = open(path, "w", buffering=1 << 16)
 
     def _write(self, kind: str, fields: dict[str, Any]) -> None:
-        record = {"type": kind, "schema": METRICS_SCHEMA, **fields}
+        record = {"type": kind, "schema": METRICS_SCHEMA, **_finite(fields)}
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def run_start(self, **fields: Any) -> None:
@@ -70,6 +79,6 @@ def write_result(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     """Write the run summary atomically: readers never see a half-written file."""
     path = Path(run_dir) / RESULT_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"schema": METRICS_SCHEMA, **summary}, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps({"schema": METRICS_SCHEMA, **_finite(summary)}, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
     return path

@@ -73,13 +73,18 @@ class RunSpec:
     fusion_threshold_mb: float = axis(64.0, label="fusion threshold (MB)",
                                       help="fuse ready gradients into buffers up to this size; 0: one allreduce per tensor")
     cycle_time_ms: float = axis(5.0, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
-    engine_thread: bool = axis(False, label="engine thread", hashed_when_default=False,
-                               help="sync: run the engine's cycles on a thread of their own (Horovod's design) "
-                                    "instead of on the training thread, between gradient hooks")
+    engine_thread: bool = axis(True, label="engine thread", hashed_when_default=False,
+                               help="sync: run the engine's cycles on a thread of their own (Horovod's design); "
+                                    "false: on the training thread, between gradient hooks")
     timeline: bool = axis(False, help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
     device: str = axis("cpu", help="cpu, or cuda (ddp only)")
     sync_every: int = axis(10, label="synchronous round every",
                            help="eager_*: a synchronous round and model averaging every this many steps (0: only the last)")
+    compute: str = axis("real", summary=True, hashed_when_default=False,
+                        help="real, or emulated: forward and backward are sleeps drawn from compute_profile, "
+                             "everything that communicates stays real (workloads/emulation.py)")
+    compute_profile: Optional[str] = axis(None, label="compute profile", hashed_when_default=False,
+                                          help="compute=emulated: a profile file (scalestudy profile RUN_ID -o FILE)")
     # -- load imbalance ----------------------------------------------------------------------
     imbalance_kind: str = axis("none", label="imbalance", config="imbalance.kind",
                                help="none, injected, fixed, exponential, lognormal, inherent")

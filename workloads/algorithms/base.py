@@ -17,7 +17,7 @@ class SyncOptions:
 
     fusion_threshold_mb: float = 64.0
     cycle_time_ms: float = 5.0
-    engine_thread: bool = False
+    engine_thread: bool = True
     timeline: bool = False
     clock: Callable[[], float] = None  # type: ignore[assignment]
     device: str = "cpu"

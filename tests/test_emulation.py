@@ -1,0 +1,158 @@
+"""Emulated compute: sleeps in place of forward and backward, real hooks, real MPI.
+
+The unit tests drive ``EmulatedForward`` in this process (a real autograd pass, real
+post-accumulate-grad hooks). The end-to-end test profiles a real run stored by a real
+sweep and runs 8 emulated ranks of ``sync`` from it on this 2-core machine."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from orchestrator.errors import ConfigError
+from orchestrator.runspec import build_run_spec
+from workloads.emulation import ComputeProfile, emulate_compute
+
+from conftest import scalestudy
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _profile(forward=(0.02,), backward=(0.06,), fractions=None, **source) -> ComputeProfile:
+    return ComputeProfile(tuple(forward), tuple(backward), fractions or {}, {"model": "m", **source})
+
+
+def test_backward_hands_gradients_over_in_the_recorded_order_at_the_recorded_moments():
+    model = _model()
+    # a recorded order that is not the reverse parameter order, so following it is visible
+    fractions = {"2.bias": 0.1, "0.weight": 0.4, "2.weight": 0.7, "0.bias": 1.0}
+    emulate_compute(model, _profile(fractions=fractions), seed=0, rank=0, sample_input=torch.zeros(2, 4))
+    seen: list[tuple[str, float]] = []
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: seen.append((name, time.perf_counter())))
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    t0 = time.perf_counter()
+    logits = model(x)
+    t1 = time.perf_counter()
+    assert logits.shape == (5, 3)
+    loss = nn.functional.cross_entropy(logits, y)
+    tb = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    assert t1 - t0 >= 0.02                                    # forward slept its drawn time
+    assert [n for n, _ in seen] == sorted(fractions, key=fractions.get)
+    for (name, t), fraction in zip(seen, sorted(fractions.values())):
+        assert t - tb >= fraction * 0.06 - 1e-3, (name, t - tb)  # not before its moment
+        assert t - tb < fraction * 0.06 + 0.03, (name, t - tb)   # nor long after (deadlines: no drift)
+    assert 0.06 <= t2 - tb < 0.1
+    for name, p in model.named_parameters():                 # real gradients of the real shapes
+        assert p.grad is not None and p.grad.shape == p.shape and not p.grad.any()
+
+
+def test_draws_come_from_the_recorded_steps_per_rank():
+    profile = _profile(forward=(0.002, 0.012), backward=(0.001, 0.001))
+
+    def forward_times(rank):
+        model = _model()
+        emulate_compute(model, profile, seed=3, rank=rank, sample_input=torch.zeros(2, 4))
+        out = []
+        for _ in range(16):
+            t0 = time.perf_counter()
+            model(torch.zeros(2, 4))
+            out.append(time.perf_counter() - t0)
+        return out
+
+    r0, r1 = forward_times(0), forward_times(1)
+    for t in r0 + r1:
+        assert t >= 0.002
+    # both recorded steps are drawn, and the two ranks draw differently (their own RNGs)
+    assert min(r0) < 0.008 < max(r0)
+    assert [t > 0.008 for t in r0] != [t > 0.008 for t in r1]
+
+
+def test_profile_file_round_trips_and_bad_ones_are_refused(tmp_path):
+    p = _profile(forward=(0.1, 0.2), backward=(0.3, 0.4), fractions={"a": 0.5}, batch_size=8)
+    path = tmp_path / "p.json"
+    path.write_text(p.to_json())
+    assert ComputeProfile.load(path) == p
+    path.write_text(json.dumps({"schema": 1, "forward": [0.1], "backward": []}))
+    with pytest.raises(ValueError, match="as many forward as backward"):
+        ComputeProfile.load(path)
+    with pytest.raises(ValueError, match="cannot read it"):
+        ComputeProfile.load(tmp_path / "missing.json")
+
+
+BASE = {"study_name": "emu", "model": "small_cnn", "dataset": "digits", "batch_size": 16}
+
+
+def test_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"compute_profile=None: compute=emulated needs a profile file"):
+        build_run_spec({**BASE, "compute": "emulated"})
+    with pytest.raises(ConfigError, match=r"compute='fake': unknown compute"):
+        build_run_spec({**BASE, "compute": "fake"})
+    with pytest.raises(ConfigError, match=r"compute_profile='x.json': is used only with compute=emulated"):
+        build_run_spec({**BASE, "compute_profile": "x.json"})
+    path = tmp_path / "p.json"
+    path.write_text(ComputeProfile((0.1,), (0.2,), {}, {"model": "resnet20", "batch_size": 16,
+                                                        "threads_per_worker": 1}).to_json())
+    with pytest.raises(ConfigError, match=r"was recorded with model='resnet20' \(this run: 'small_cnn'\)"):
+        build_run_spec({**BASE, "compute": "emulated", "compute_profile": str(path)})
+    spec = build_run_spec({**BASE, "model": "resnet20", "dataset": "synthetic_images", "compute": "emulated",
+                           "compute_profile": str(path)})
+    assert spec.compute == "emulated" and spec.compute_profile == str(path.resolve())
+
+
+@pytest.mark.mpi
+def test_profile_a_real_run_then_run_eight_emulated_ranks(tmp_path):
+    common = ["model=small_cnn", "dataset=digits", "batch_size=16", "epochs=1", "steps_per_epoch=30",
+              "algorithm=sync", "nodes=1"]
+    real = scalestudy("sweep", "study_name=emu", *common, "workers_per_node=1", "timeline=true",
+                      f"hydra.sweep.dir={tmp_path / 'real'}", cwd=tmp_path)
+    assert real.returncode == 0, real.stderr[-3000:]
+    prof = scalestudy("profile", "1", "-o", "small.json", cwd=tmp_path)
+    assert prof.returncode == 0, prof.stderr
+    assert "tensors from the timeline" in prof.stdout
+    profile = ComputeProfile.load(tmp_path / "small.json")
+    assert len(profile.forward) == 25 and len(profile.ready_fraction) == 8   # small_cnn: 8 tensors
+    emulated = scalestudy("sweep", "study_name=emu", *common, "workers_per_node=8", "threads_per_node=8",
+                          "compute=emulated", "compute_profile=small.json", "timeline=true",
+                          f"hydra.sweep.dir={tmp_path / 'emu'}", cwd=tmp_path)
+    assert emulated.returncode == 0, emulated.stderr[-3000:]
+    out = scalestudy("query", "--study", "emu", "--format", "json",
+                     "--columns", "run_id,compute,world_size,final_top1,throughput", cwd=tmp_path)
+    rows = {r["run_id"]: r for r in json.loads(out.stdout)}
+    assert rows[1]["compute"] == "real" and rows[1]["final_top1"] is not None
+    assert rows[2]["compute"] == "emulated" and rows[2]["world_size"] == 8
+    assert rows[2]["final_top1"] is None and rows[2]["throughput"] > 0     # time measured, accuracy not
+    # the emulated ranks slept the recorded times: per-step backward at least the profile's
+    # (less a timer's slack), and real fused allreduces ran between them
+    from results_db import connect, query
+
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    steps = query.steps(engine, [2])
+    assert steps["rank"].nunique() == 8
+    assert statistics.median(steps["backward"]) >= 0.9 * min(profile.backward)
+    assert statistics.median(steps["forward"]) >= 0.9 * min(profile.forward)
+    fused = query.events(engine, [2], phases=["allreduce"])
+    assert len(fused) > 0 and fused["rank"].nunique() == 8
+
+
+def test_unmeasured_or_diverged_values_are_written_as_null(tmp_path):
+    """JSON has no NaN; the strict reader that ingests metrics files refuses it."""
+    import orjson
+
+    from workloads.metrics import MetricsWriter, rank_file
+
+    writer = MetricsWriter(tmp_path, 0)
+    writer.eval(epoch=0, top1=float("nan"), loss=float("inf"), samples_seen=8)
+    writer.close()
+    record = orjson.loads(rank_file(tmp_path, 0).read_text().splitlines()[0])
+    assert (record["top1"], record["loss"], record["samples_seen"]) == (None, None, 8)
