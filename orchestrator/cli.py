@@ -27,6 +27,7 @@ commands:
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
   profile RUN_ID [-o FILE]          a finished run's compute profile, for compute=emulated runs
+  model fit --study S               fit the performance model (compute, allreduce, stragglers, overlap) and store it
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
@@ -624,6 +625,42 @@ def _profile(argv: Sequence[str]) -> int:
     return 0
 
 
+def _model(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy model", description="Fit a performance model to a study's "
+                                     "runs (perf_model/terms.py holds its equations) and store it.")
+    parser.add_argument("action", choices=("fit",))
+    parser.add_argument("--study", required=True)
+    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from perf_model.model import fit_study
+    from perf_model.study import DEFAULT_WARMUP
+    from results_db import connect
+    from results_db.store import resolve_db_url
+
+    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+    if warmup < 0:
+        return _fail(f"--warmup {warmup}: expected steps >= 0")
+    try:
+        fit = fit_study(connect(resolve_db_url(args.db)), args.study, warmup)
+    except ValueError as exc:
+        return _fail(str(exc))
+    print(f"study {args.study}: model fit #{fit['id']} from {fit['runs']} finished run(s)"
+          + (f", {fit['emulated']} of them emulated" if fit["emulated"] else "") + f" (first {warmup} steps left out)")
+    for name, term in fit["terms"].items():
+        params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
+        q = term["quality"]
+        quality = (f"{q['points']} points, residual RMS {q['rms_seconds'] * 1e3:.3g} ms, worst {q['max_relative']:.1%}"
+                   if q["points"] else "no points to check")
+        print(f"  {name:13s} {params}  [{quality}]")
+        for note in term["notes"]:
+            print(f"  {'':13s} note: {note}")
+    for name, why in fit["unfitted"].items():
+        print(f"  {name:13s} not fitted: {why}")
+    return 0 if fit["terms"] else 2
+
+
 def _iqr_ms(xs: Sequence[float]) -> str:
     import statistics
 
@@ -635,7 +672,7 @@ def _iqr_ms(xs: Sequence[float]) -> str:
 
 COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
             "report": _report, "ingest": _ingest, "sites": _sites, "db": _db,
-            "profile": _profile}
+            "profile": _profile, "model": _model}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -223,3 +223,18 @@ class RankSummary(Base):
     status: Mapped[str] = mapped_column(String(16))
     clock_offset: Mapped[Optional[float]] = mapped_column(Float)
     summary: Mapped[Optional[dict]] = mapped_column(JSON)
+
+
+class ModelFit(Base):
+    """A performance model fitted to a study's runs (``scalestudy model fit``): each term's
+    parameters and quality, the terms the data could not determine and why, the runs used."""
+
+    __tablename__ = "model_fits"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    terms: Mapped[dict] = mapped_column(JSON)            # name -> {params, quality, notes}
+    unfitted: Mapped[dict] = mapped_column(JSON)         # name -> why it could not be fitted
+    run_ids: Mapped[list] = mapped_column(JSON)
+    warmup: Mapped[int] = mapped_column(Integer)

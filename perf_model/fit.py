@@ -1,0 +1,156 @@
+"""Fitting the model's terms (``perf_model.terms``) to measurements, one term at a time.
+
+Each ``fit_*`` takes a plain DataFrame (what the query API returns, reshaped by
+``perf_model.study``), returns the fitted parameters with their quality (residuals on the
+points it was fitted to), and raises ``FitError`` with the reason when the data cannot
+determine the term, rather than return a number that means nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, nnls
+
+from .terms import allreduce_seconds, compute_seconds, expected_max_normal
+
+MAX_ALPHA = 1.5
+
+
+class FitError(ValueError):
+    """The data cannot determine a term; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Residuals (measured - fitted) on the points fitted: how many, their RMS in seconds,
+    and the largest relative one."""
+    points: int
+    rms_seconds: float
+    max_relative: float
+
+    @classmethod
+    def of(cls, measured: np.ndarray, fitted: np.ndarray) -> "Quality":
+        r = measured - fitted
+        rel = np.abs(r) / np.where(np.abs(measured) > 0, np.abs(measured), 1.0)
+        return cls(int(len(r)), float(np.sqrt(np.mean(r * r))) if len(r) else 0.0,
+                   float(rel.max()) if len(r) else 0.0)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One fitted term: its parameters, its quality, and what was assumed for lack of data."""
+    name: str
+    params: dict[str, float]
+    quality: Quality
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": self.params, "quality": asdict(self.quality), "notes": list(self.notes)}
+
+
+def _distinct(frame: pd.DataFrame, column: str) -> list:
+    return sorted(frame[column].dropna().unique().tolist())
+
+
+def fit_compute(samples: pd.DataFrame) -> Term:
+    """C(b, t) = c0 + b c1 t**-alpha from ``batch``, ``threads``, ``seconds`` (one row per
+    measured step or per run). alpha is searched on a grid, then refined; c0, c1 are linear
+    least squares for each alpha, bounded at zero."""
+    batches, threads = _distinct(samples, "batch"), _distinct(samples, "threads")
+    if len(batches) < 2:
+        raise FitError(f"need >= 2 batch sizes to fit the compute term (have: {', '.join(map(str, batches)) or 'none'})")
+    b = samples["batch"].to_numpy(float)
+    t = samples["threads"].to_numpy(float)
+    y = samples["seconds"].to_numpy(float)
+    notes: list[str] = []
+
+    def linear(alpha: float) -> tuple[np.ndarray, float]:   # relative residuals, as for allreduce
+        x = np.column_stack([np.ones_like(b), b * t ** (-alpha)]) / y[:, None]
+        coef, _ = nnls(x, np.ones_like(y))
+        return coef, float(np.sum((x @ coef - 1) ** 2))
+
+    if len(threads) < 2:
+        alpha = 0.0
+        notes.append(f"one thread count ({threads[0]:g}): alpha not fitted, taken as 0 (no thread dependence)")
+        (c0, c1), _ = linear(0.0)
+    else:
+        grid = np.linspace(0.0, MAX_ALPHA, 301)
+        alpha = float(grid[int(np.argmin([linear(a)[1] for a in grid]))])
+        (c0, c1), _ = linear(alpha)
+        refined = least_squares(lambda p: compute_seconds(b, t, *p) / y - 1, x0=[c0, c1, alpha],
+                                bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, MAX_ALPHA]))
+        c0, c1, alpha = (float(v) for v in refined.x)
+    fitted = compute_seconds(b, t, c0, c1, alpha)
+    return Term("compute", {"c0": float(c0), "c1": float(c1), "alpha": float(alpha)}, Quality.of(y, fitted),
+                tuple(notes))
+
+
+def fit_allreduce(samples: pd.DataFrame) -> Term:
+    """A(n, P) = 2(P-1) lat + 2(P-1)/P n / bw from ``bytes``, ``ranks``, ``seconds`` (one row
+    per fused collective, timed from the last rank's start). Non-negative least squares in
+    (lat, 1/bw), on relative residuals: the model is linear in them."""
+    multi = samples[samples["ranks"] > 1]
+    counts = _distinct(multi, "ranks")
+    if len(counts) < 2:
+        raise FitError(f"need >= 2 rank counts to fit the allreduce term (have: {', '.join(map(str, counts)) or 'none'})")
+    p = multi["ranks"].to_numpy(float)
+    n = multi["bytes"].to_numpy(float)
+    y = multi["seconds"].to_numpy(float)
+    x = np.column_stack([2 * (p - 1), 2 * (p - 1) / p * n])
+    # relative residuals: times span 1e-5..1e-1 s, and the small messages hold the latency
+    (lat, inverse_bw), _ = nnls(x / y[:, None], np.ones_like(y))
+    notes = []
+    if inverse_bw <= 0:
+        notes.append("bandwidth unbounded by the data (the bytes explain none of the time)")
+    bandwidth = float(1.0 / inverse_bw) if inverse_bw > 0 else float("inf")
+    fitted = allreduce_seconds(n, p, float(lat), bandwidth)
+    return Term("allreduce", {"latency": float(lat), "bandwidth": bandwidth}, Quality.of(y, fitted), tuple(notes))
+
+
+def fit_straggler(compute: pd.DataFrame) -> Term:
+    """sigma, the spread of one rank's compute from step to step, from ``run_id``, ``step``,
+    ``rank``, ``seconds``: the pooled standard deviation around each run's mean. Its quality
+    compares, per multi-rank run, the measured mean of max - mean over ranks per step with
+    sigma e(P)."""
+    per_run = compute.groupby("run_id")["seconds"]
+    centred = compute["seconds"] - per_run.transform("mean")
+    dof = len(compute) - compute["run_id"].nunique()
+    if dof < 2:
+        raise FitError("need >= 2 step records per run to fit the straggler term")
+    sigma = float(np.sqrt(np.sum(centred ** 2) / dof))
+    measured, predicted = [], []
+    for _, run in compute.groupby("run_id"):
+        ranks = run["rank"].nunique()
+        if ranks < 2:
+            continue
+        by_step = run.groupby("step")["seconds"]
+        measured.append(float((by_step.max() - by_step.mean()).mean()))
+        predicted.append(sigma * expected_max_normal(ranks))
+    notes = () if measured else ("no multi-rank run: the penalty sigma e(P) is not checked against a measurement",)
+    return Term("straggler", {"sigma": sigma}, Quality.of(np.array(measured), np.array(predicted)), notes)
+
+
+def fit_hidden(step_stats: pd.DataFrame) -> Term:
+    """h, the mean share of the allreduce time hidden behind backprop (``hidden_fraction``)."""
+    h = step_stats["hidden_fraction"].dropna().to_numpy(float)
+    if not len(h):
+        return Term("overlap", {"hidden": 0.0}, Quality(0, 0.0, 0.0),
+                    ("no timeline: nothing hidden assumed (run with timeline=true to measure it)",))
+    mean = float(h.mean())
+    return Term("overlap", {"hidden": mean}, Quality.of(h, np.full_like(h, mean)))
+
+
+def fit_participation(rounds: pd.DataFrame) -> Term:
+    """eager-SGD: the expected fresh, stale and null shares of a partial round's
+    contributions (synchronous rounds left out), from ``fresh``, ``stale``, ``null``."""
+    partial = rounds[~rounds["synchronous"].astype(bool)]
+    if partial.empty:
+        raise FitError("need eager-SGD runs with partial rounds to fit participation")
+    total = (partial["fresh"] + partial["stale"] + partial["null"]).to_numpy(float)
+    shares = {k: partial[k].to_numpy(float) / total for k in ("fresh", "stale", "null")}
+    params = {k: float(v.mean()) for k, v in shares.items()}
+    return Term("participation", params, Quality.of(shares["fresh"], np.full_like(shares["fresh"], params["fresh"])))

@@ -1,0 +1,46 @@
+"""Fit every term of the model to a study (``scalestudy model fit``) and store the result.
+
+A term the study's runs cannot determine is left out with its reason (say, one rank
+count for the allreduce term), and the others are still fitted: a study of batch sizes
+on one node still gives a compute model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from results_db.model_fits import store_model_fit
+
+from .fit import FitError, Term, fit_allreduce, fit_compute, fit_hidden, fit_participation, fit_straggler
+from .study import DEFAULT_WARMUP, StudyData, load_study
+
+
+def fit_terms(data: StudyData) -> tuple[dict[str, Term], dict[str, str]]:
+    fitters = {
+        "compute": lambda: fit_compute(data.compute),
+        "allreduce": lambda: fit_allreduce(data.allreduce),
+        "straggler": lambda: fit_straggler(data.per_step),
+        "overlap": lambda: fit_hidden(data.step_stats),
+        "participation": lambda: fit_participation(data.rounds),
+    }
+    terms: dict[str, Term] = {}
+    unfitted: dict[str, str] = {}
+    for name, fit in fitters.items():
+        try:
+            terms[name] = fit()
+        except FitError as exc:
+            unfitted[name] = str(exc)
+    return terms, unfitted
+
+
+def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> dict[str, Any]:
+    """Fit, store, and return ``{"id", "terms", "unfitted", "runs"}``."""
+    data = load_study(engine, study, warmup)
+    terms, unfitted = fit_terms(data)
+    run_ids = [int(i) for i in data.runs["run_id"]]
+    as_dicts = {k: t.to_dict() for k, t in terms.items()}
+    fit_id = store_model_fit(engine, study, as_dicts, unfitted, run_ids, warmup)
+    emulated = int((data.runs.get("compute") == "emulated").sum()) if "compute" in data.runs else 0
+    return {"id": fit_id, "terms": as_dicts, "unfitted": unfitted, "runs": len(run_ids), "emulated": emulated}
