@@ -2,20 +2,21 @@
 
     python benchmarks/bench_emulation.py [--model resnet20] [--batch-size 32] [--steps 60] [--repeats 5]
 
-Each round: a real 1-rank run with ``timeline=true`` ("profiled") is stored in a scratch
-SQLite database and profiled (``perf_model.profile``, what ``scalestudy profile`` writes);
-then, alternating, a real 1-rank run, an emulated 1-rank run, a real 2-rank run and an
-emulated 2-rank run of the same configuration (``algorithm``, model, batch per rank, one
-thread per rank), the emulated ones drawing from this round's profile, so the VM's drift
-between rounds hits profile and runs alike. Measured: the mean step time of rank 0
-over ``--steps`` steps after ``--warmup`` (what throughput is the inverse of), and the
-median phases. Printed: emulated / real per round, median and min–max; and emulated 1
-rank / the profiled run itself, which checks the mechanism without a second real run.
+Pass 1, ``--repeats`` rounds: a real 1-rank run with ``timeline=true`` (stored in a scratch
+SQLite database) and a real 2-rank run. The profile pools the steps of all of pass 1's
+1-rank runs (``perf_model.profile.profile_of_runs``, what ``scalestudy profile ID ID ...``
+writes), so it samples the machine over the whole pass, not one run's minute: a profile
+taken from one run inherited that run's luck (RESULTS.md, 4-48 % between two runs a minute
+apart on this VM). Pass 2, ``--repeats`` rounds, interleaved: emulated 1 rank, real 1 rank,
+emulated 2 ranks, real 2 ranks (``algorithm``, model, batch per rank, one thread per rank).
+Measured: the mean step time of rank 0 over ``--steps`` steps after ``--warmup`` (what
+throughput is the inverse of), and the median phases. Printed: emulated / real per round of
+pass 2, median and min–max, and against pass 1's real runs.
 Goal (issue 15): within 10 % at 1 and at 2 ranks.
 
 What it cannot show here: at 2 ranks each real rank has a core of its own, so memory
 bandwidth shared by the two computing ranks is in the real time and only in the profile
-as far as the profiled 1-rank run felt it.
+as far as the profiled 1-rank runs felt it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from harness import epochs_for, finish_workload, interleave, median, spread, sta
 
 PHASES = ("forward", "backward", "comm_wait", "update")
 PROFILED = "profiled, 1 rank"
+PASS1_TWO = "real, 2 ranks (pass 1)"
 
 
 def rank0_steps(result: dict, warmup: int) -> list[dict]:
@@ -51,12 +53,13 @@ def main() -> None:
     from results_db import connect
     from results_db.ingest import ingest_run
     from results_db.runs import PlannedRun, register_runs
-    from perf_model.profile import profile_of_run
+    from perf_model.profile import profile_of_runs
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-emulation-"))
     engine = connect(f"sqlite:///{scratch / 'profiles.db'}")
     profile_path = scratch / "profile.json"
     phases: dict[str, list[dict[str, float]]] = {}
+    profiled: list[int] = []
 
     def spec_for(ranks: int) -> dict:
         epochs, per_epoch = epochs_for(args.dataset, args.batch_size, ranks, args.steps + args.warmup)
@@ -64,46 +67,48 @@ def main() -> None:
                 "steps_per_epoch": per_epoch, "algorithm": args.algorithm, "workers_per_node": ranks,
                 "threads_per_node": ranks}
 
-    def record_profile() -> float:
-        spec = {**spec_for(1), "timeline": True}
-        result = finish_workload(*start_workload(spec, 1))
+    def measured(name: str, result: dict) -> float:
+        steps = rank0_steps(result, args.warmup)
+        phases.setdefault(name, []).append({k: statistics.median(s[k] for s in steps) for k in PHASES})
+        return statistics.mean(step_seconds(s) for s in steps)
+
+    def profiled_run() -> float:
+        result = finish_workload(*start_workload({**spec_for(1), "timeline": True}, 1))
         stored = json.loads((Path(result["run_dir"]) / "spec.json").read_text())
         [decision] = register_runs(engine, "profiles", [PlannedRun(result["run_dir"], stored, result["run_dir"])])
         ingest_run(engine, decision.run_id, result["run_dir"])
-        profile = profile_of_run(engine, decision.run_id, warmup=args.warmup)
-        profile_path.write_text(profile.to_json())
-        return statistics.mean(step_seconds(s) for s in rank0_steps(result, args.warmup))
+        profiled.append(decision.run_id)
+        return measured(PROFILED, result)
 
     def run(ranks: int, emulated: bool):
         name = f"{'emulated' if emulated else 'real'}, {ranks} rank{'s' if ranks > 1 else ''}"
 
         def once() -> float:
             extra = {"compute": "emulated", "compute_profile": str(profile_path)} if emulated else {}
-            steps = rank0_steps(finish_workload(*start_workload({**spec_for(ranks), **extra}, ranks)), args.warmup)
-            phases.setdefault(name, []).append({k: statistics.median(s[k] for s in steps) for k in PHASES})
-            return statistics.mean(step_seconds(s) for s in steps)
+            return measured(name, finish_workload(*start_workload({**spec_for(ranks), **extra}, ranks)))
         return name, once
 
-    variants = {PROFILED: record_profile}
-    for ranks in (1, 2):
-        for emulated in (False, True):
-            name, fn = run(ranks, emulated)
-            variants[name] = fn
     print(f"emulated vs real compute: {args.algorithm}, {args.model} on {args.dataset}, batch {args.batch_size}/rank, "
-          f"1 thread/rank, {args.steps} measured steps after {args.warmup}, {args.repeats} interleaved rounds "
+          f"1 thread/rank, {args.steps} measured steps after {args.warmup}, {args.repeats} rounds per pass "
           "(mean step time of rank 0, s)")
-    samples = interleave(variants, args.repeats)
-    for ranks in (1, 2):
+    print("pass 1: the real runs the profile pools")
+    first = interleave({PROFILED: profiled_run, PASS1_TWO: run(2, False)[1]}, args.repeats)
+    profile = profile_of_runs(engine, profiled, warmup=args.warmup)
+    profile_path.write_text(profile.to_json())
+    print(f"profile: {len(profile.forward)} steps of {len(profiled)} runs, forward + backward "
+          f"{statistics.mean(profile.forward) * 1e3 + statistics.mean(profile.backward) * 1e3:.1f} ms (mean)")
+    print("pass 2: emulated and real, interleaved")
+    variants = dict(run(r, e) for r in (1, 2) for e in (True, False))
+    second = interleave(variants, args.repeats)
+    for ranks, earlier in ((1, PROFILED), (2, PASS1_TWO)):
         suffix = "s" if ranks > 1 else ""
-        real, emu = samples[f"real, {ranks} rank{suffix}"], samples[f"emulated, {ranks} rank{suffix}"]
+        real, emu = second[f"real, {ranks} rank{suffix}"], second[f"emulated, {ranks} rank{suffix}"]
         ratios = [e / r for e, r in zip(emu, real)]
         print(f"{ranks} rank{suffix}: real {median(real) * 1e3:.1f} ms ({spread([x * 1e3 for x in real])}), "
               f"emulated {median(emu) * 1e3:.1f} ms ({spread([x * 1e3 for x in emu])}); "
-              f"emulated / real = {median(ratios):.3f} (per-round {spread(ratios)})")
-    # the mechanism alone: an emulated rank against the very run it draws from, minutes apart
-    # at most, so the VM's drift between rounds cancels (not between the two runs, though)
-    own = [e / p for e, p in zip(samples["emulated, 1 rank"], samples[PROFILED])]
-    print(f"emulated 1 rank / the run it was profiled from = {median(own):.3f} (per-round {spread(own)})")
+              f"emulated / real = {median(ratios):.3f} (per-round {spread(ratios)}); "
+              f"against pass 1's real runs ({median(first[earlier]) * 1e3:.1f} ms): "
+              f"{median(emu) / median(first[earlier]):.3f}")
     print("median per-step phases (ms, rank 0):")
     for name, rows in phases.items():
         print(f"  {name:18s} " + "  ".join(f"{k} {statistics.median(r[k] for r in rows) * 1e3:7.2f}" for k in PHASES))

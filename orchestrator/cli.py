@@ -26,7 +26,7 @@ commands:
                                     one self-contained HTML folder: sweep, tables, figures, failures, provenance
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
-  profile RUN_ID [-o FILE]          a finished run's compute profile, for compute=emulated runs
+  profile RUN_ID [...] [-o FILE]    finished runs' compute profile, for compute=emulated runs
   model fit --study S               fit the performance model (compute, allreduce, stragglers, overlap) and store it
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
@@ -590,7 +590,9 @@ def _profile(argv: Sequence[str]) -> int:
         description="Write the compute profile of a finished real run, for compute=emulated runs "
                     "(compute_profile=FILE). Profile a 1-rank run with timeline=true of the model, batch "
                     "and threads to emulate.")
-    parser.add_argument("run_id", type=int, help="a run id (scalestudy query shows them)")
+    parser.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID",
+                        help="run ids (scalestudy query shows them); several runs of one configuration are "
+                             "pooled, a sample of the machine rather than of one run's minute")
     parser.add_argument("-o", "--out", default=None, help="profile file (default: profile-RUN_ID.json)")
     parser.add_argument("--warmup", type=int, default=None, help="steps to leave out at the start (default 5)")
     _db_args(parser)
@@ -598,7 +600,7 @@ def _profile(argv: Sequence[str]) -> int:
 
     import statistics
 
-    from perf_model.profile import DEFAULT_WARMUP, ProfileError, profile_of_run
+    from perf_model.profile import DEFAULT_WARMUP, ProfileError, profile_of_runs
 
     try:
         engine = _open_for_reading(args.db)
@@ -608,15 +610,16 @@ def _profile(argv: Sequence[str]) -> int:
     if warmup < 0:
         return _fail(f"--warmup {warmup}: expected steps >= 0")
     try:
-        profile = profile_of_run(engine, args.run_id, warmup)
+        profile = profile_of_runs(engine, args.run_ids, warmup)
     except ProfileError as exc:
         return _fail(str(exc))
-    out = Path(args.out or f"profile-{args.run_id}.json")
+    out = Path(args.out or f"profile-{'-'.join(map(str, args.run_ids))}.json")
     out.write_text(profile.to_json())
     src = profile.source
     ms = lambda xs: f"{statistics.median(xs) * 1e3:.2f} ms (IQR {_iqr_ms(xs)})"  # noqa: E731
     print(f"{out}: {src['model']}, batch {src['batch_size']}, {src['threads_per_worker']} thread(s) per rank, "
-          f"{len(profile.forward)} step records ({src['world_size']} rank(s), first {warmup} steps left out)")
+          f"{len(profile.forward)} step records of {len(args.run_ids)} run(s) (up to {src['world_size']} rank(s), "
+          f"first {warmup} steps of each left out)")
     print(f"  forward {ms(profile.forward)}, backward {ms(profile.backward)}")
     print(f"  gradient ready times: {len(profile.ready_fraction)} tensors from the timeline" if profile.ready_fraction
           else "  gradient ready times: none (run without timeline=true): emulated runs spread them evenly")

@@ -156,3 +156,39 @@ def test_unmeasured_or_diverged_values_are_written_as_null(tmp_path):
     writer.close()
     record = orjson.loads(rank_file(tmp_path, 0).read_text().splitlines()[0])
     assert (record["top1"], record["loss"], record["samples_seen"]) == (None, None, 8)
+
+
+def test_profiles_pool_runs_of_one_configuration(tmp_path):
+    """Stored runs (made through the ORM): their steps pooled, each gradient's ready time the
+    mean over them; a run of another batch size is refused by name."""
+    import dataclasses
+
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from perf_model.profile import ProfileError, profile_of_runs
+    from results_db import connect
+    from results_db.runs import PlannedRun, register_runs
+    from results_db.schema import Event, Run, Step
+    from workloads.spec import RunSpec
+
+    engine = connect(f"sqlite:///{tmp_path / 'p.db'}")
+    plans = [PlannedRun(f"k{i}", dataclasses.replace(RunSpec(study="p"), batch_size=b, seed=i).to_dict(), "/x")
+             for i, b in enumerate((16, 16, 32))]
+    ids = [d.run_id for d in register_runs(engine, "p", plans)]
+    with Session(engine) as s, s.begin():
+        for run_id, scale in zip(ids, (1.0, 2.0, 1.0)):
+            s.execute(update(Run).where(Run.id == run_id).values(status="done"))
+            for k in range(8):
+                t = 10.0 * k
+                s.add(Step(run_id=run_id, rank=0, step=k, epoch=0, samples=16, t_start=t, data=0.0,
+                           forward=0.01 * scale, backward=0.02 * scale, comm_wait=0.0, update=0.001))
+                s.add(Event(run_id=run_id, rank=0, step=k, tensor="-", phase="backward", t0=t, t1=t + 0.02 * scale,
+                            bytes=0))
+                s.add(Event(run_id=run_id, rank=0, step=k, tensor="fc.weight", phase="grad_ready",
+                            t0=t + 0.005 * scale * (1 if scale == 1 else 2), t1=t, bytes=4))
+    pooled = profile_of_runs(engine, ids[:2], warmup=5)
+    assert sorted(pooled.forward) == [0.01] * 3 + [0.02] * 3 and pooled.source["run_id"] == ids[:2]
+    assert pooled.ready_fraction["fc.weight"] == pytest.approx((0.25 + 0.5) / 2)
+    with pytest.raises(ProfileError, match=rf"run {ids[2]}: batch_size 32 \(run {ids[0]}: 16\)"):
+        profile_of_runs(engine, [ids[0], ids[2]], warmup=5)
