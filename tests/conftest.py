@@ -38,6 +38,16 @@ def env_with_bin(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def sigint_default() -> None:
+    """``preexec_fn`` for a driver a test will Ctrl-C: SIGINT back to its default action. A
+    test runner started in the background by a non-interactive shell (``.ci/run &``)
+    ignores SIGINT, its children inherit that, and the driver (rightly) keeps ignoring it;
+    a terminal's Ctrl-C, which these tests stand for, meets a process that does not."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def write_spec(run_dir: Path, **fields) -> Path:
     spec = {"study": "test", "site": "local", "nodes": 1, "workers_per_node": 1, "threads_per_node": 1,
             "batch_size": 16, "epochs": 1, **fields}

@@ -305,14 +305,14 @@ def test_ctrl_c_stops_the_sweep_and_its_runs_in_seconds(tmp_path):
     import signal
     import time
 
-    from conftest import env_with_bin
+    from conftest import env_with_bin, sigint_default
 
     marker = f"sleep {int(time.time()) % 1000 + 8000}"
     args = [sys.executable, "-m", "orchestrator.cli", "sweep", "study_name=ctrlc", "nodes=1", "workers_per_node=1",
             "workload.kind=command", f"workload.command=[{marker.replace(' ', ',')}]", "+params.i=0,1",
             f"hydra.sweep.dir={tmp_path / 'mr'}"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env_with_bin(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=sigint_default)
     deadline = time.monotonic() + 60
     while not (tmp_path / "mr" / "0" / "command.txt").exists() and time.monotonic() < deadline:
         time.sleep(0.2)

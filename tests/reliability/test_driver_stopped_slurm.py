@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.schema import Run
 
-from conftest import REPO, env_with_bin, scalestudy
+from conftest import REPO, env_with_bin, scalestudy, sigint_default
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(
     subprocess.run(["bash", str(REPO / "scripts" / "local-slurm-cluster.sh"), "status"],
@@ -42,7 +42,7 @@ def _start(tmp_path, study: str) -> tuple[subprocess.Popen, str]:
     """The driver in a session of its own, once its first run is running in a batch job."""
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *_args(tmp_path, study)], cwd=tmp_path,
                             env=env_with_bin(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_default)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
