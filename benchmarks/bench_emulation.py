@@ -7,7 +7,10 @@ SQLite database) and a real 2-rank run. The profile pools the steps of all of pa
 1-rank runs (``perf_model.profile.profile_of_runs``, what ``scalestudy profile ID ID ...``
 writes), so it samples the machine over the whole pass, not one run's minute: a profile
 taken from one run inherited that run's luck (RESULTS.md, 4-48 % between two runs a minute
-apart on this VM). Pass 2, ``--repeats`` rounds, interleaved: emulated 1 rank, real 1 rank,
+apart on this VM). The 2-rank emulated runs draw from a second profile, of two 1-rank runs
+computing at the same time: on this VM a rank computes 1.2-1.5x slower while the other core
+computes too (memory bandwidth, caches; the weak-scaling limit shows it), and a profile of a
+rank alone on the node would miss that. Pass 2, ``--repeats`` rounds, interleaved: emulated 1 rank, real 1 rank,
 emulated 2 ranks, real 2 ranks (``algorithm``, model, batch per rank, one thread per rank).
 Measured: the mean step time of rank 0 over ``--steps`` steps after ``--warmup`` (what
 throughput is the inverse of), and the median phases. Printed: emulated / real per round of
@@ -31,6 +34,7 @@ from harness import epochs_for, finish_workload, interleave, median, spread, sta
 
 PHASES = ("forward", "backward", "comm_wait", "update")
 PROFILED = "profiled, 1 rank"
+PROFILED_PAIR = "profiled, 2 x 1 rank"
 PASS1_TWO = "real, 2 ranks (pass 1)"
 
 
@@ -57,9 +61,9 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-emulation-"))
     engine = connect(f"sqlite:///{scratch / 'profiles.db'}")
-    profile_path = scratch / "profile.json"
+    profile_paths = {r: scratch / f"profile-{r}.json" for r in (1, 2)}
     phases: dict[str, list[dict[str, float]]] = {}
-    profiled: list[int] = []
+    profiled: dict[int, list[int]] = {1: [], 2: []}   # ranks computing on the node -> profiled run ids
 
     def spec_for(ranks: int) -> dict:
         epochs, per_epoch = epochs_for(args.dataset, args.batch_size, ranks, args.steps + args.warmup)
@@ -72,19 +76,29 @@ def main() -> None:
         phases.setdefault(name, []).append({k: statistics.median(s[k] for s in steps) for k in PHASES})
         return statistics.mean(step_seconds(s) for s in steps)
 
-    def profiled_run() -> float:
-        result = finish_workload(*start_workload({**spec_for(1), "timeline": True}, 1))
+    def store(result: dict) -> int:
         stored = json.loads((Path(result["run_dir"]) / "spec.json").read_text())
         [decision] = register_runs(engine, "profiles", [PlannedRun(result["run_dir"], stored, result["run_dir"])])
         ingest_run(engine, decision.run_id, result["run_dir"])
-        profiled.append(decision.run_id)
-        return measured(PROFILED, result)
+        return decision.run_id
 
-    def run(ranks: int, emulated: bool):
-        name = f"{'emulated' if emulated else 'real'}, {ranks} rank{'s' if ranks > 1 else ''}"
+    def profiled_run(concurrent: int):
+        """``concurrent`` 1-rank runs at once, each profiled: a node whose cores all compute,
+        as they will in the emulated runs' real counterparts."""
+        name = PROFILED if concurrent == 1 else PROFILED_PAIR
 
         def once() -> float:
-            extra = {"compute": "emulated", "compute_profile": str(profile_path)} if emulated else {}
+            started = [start_workload({**spec_for(1), "timeline": True}, 1) for _ in range(concurrent)]
+            results = [finish_workload(*run) for run in started]
+            profiled[concurrent] += [store(r) for r in results]
+            return statistics.mean(measured(name, r) for r in results)
+        return once
+
+    def run(ranks: int, emulated: bool, name: str | None = None):
+        name = name or f"{'emulated' if emulated else 'real'}, {ranks} rank{'s' if ranks > 1 else ''}"
+
+        def once() -> float:
+            extra = {"compute": "emulated", "compute_profile": str(profile_paths[ranks])} if emulated else {}
             return measured(name, finish_workload(*start_workload({**spec_for(ranks), **extra}, ranks)))
         return name, once
 
@@ -92,11 +106,13 @@ def main() -> None:
           f"1 thread/rank, {args.steps} measured steps after {args.warmup}, {args.repeats} rounds per pass "
           "(mean step time of rank 0, s)")
     print("pass 1: the real runs the profile pools")
-    first = interleave({PROFILED: profiled_run, PASS1_TWO: run(2, False)[1]}, args.repeats)
-    profile = profile_of_runs(engine, profiled, warmup=args.warmup)
-    profile_path.write_text(profile.to_json())
-    print(f"profile: {len(profile.forward)} steps of {len(profiled)} runs, forward + backward "
-          f"{statistics.mean(profile.forward) * 1e3 + statistics.mean(profile.backward) * 1e3:.1f} ms (mean)")
+    first = interleave({PROFILED: profiled_run(1), PROFILED_PAIR: profiled_run(2),
+                        PASS1_TWO: run(2, False, PASS1_TWO)[1]}, args.repeats)
+    for ranks, ids in profiled.items():
+        profile = profile_of_runs(engine, ids, warmup=args.warmup)
+        profile_paths[ranks].write_text(profile.to_json())
+        print(f"profile for {ranks} rank(s) per node: {len(profile.forward)} steps of {len(ids)} runs, forward + "
+              f"backward {statistics.mean(profile.forward) * 1e3 + statistics.mean(profile.backward) * 1e3:.1f} ms (mean)")
     print("pass 2: emulated and real, interleaved")
     variants = dict(run(r, e) for r in (1, 2) for e in (True, False))
     second = interleave(variants, args.repeats)
