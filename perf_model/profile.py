@@ -94,6 +94,3 @@ def profile_of_runs(engine: Engine, run_ids: Sequence[int], warmup: int = DEFAUL
                           backward=tuple(float(x) for x in steps["backward"]),
                           ready_fraction=ready_fractions(events), source=source)
 
-
-def profile_of_run(engine: Engine, run_id: int, warmup: int = DEFAULT_WARMUP) -> ComputeProfile:
-    return profile_of_runs(engine, [run_id], warmup)
