@@ -28,6 +28,10 @@ commands:
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
   profile RUN_ID [...] [-o FILE]    finished runs' compute profile, for compute=emulated runs
   model fit --study S               fit the performance model (compute, allreduce, stragglers, overlap) and store it
+  model predict --study S [--nodes 8,16,...,1024] [--site SITE]
+                                    predicted throughput, efficiency, step breakdown with a band; a figure
+  plan study=S site=SITE --budget NODE_HOURS [--dry-run]
+                                    node counts and repeats that fit a budget and the site's queues; the sweep to run
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
@@ -585,97 +589,26 @@ def _db(argv: Sequence[str]) -> int:
 
 
 def _profile(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scalestudy profile",
-        description="Write the compute profile of a finished real run, for compute=emulated runs "
-                    "(compute_profile=FILE). Profile a 1-rank run with timeline=true of the model, batch "
-                    "and threads to emulate.")
-    parser.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID",
-                        help="run ids (scalestudy query shows them); several runs of one configuration are "
-                             "pooled, a sample of the machine rather than of one run's minute")
-    parser.add_argument("-o", "--out", default=None, help="profile file (default: profile-RUN_ID.json)")
-    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out at the start (default 5)")
-    _db_args(parser)
-    args = parser.parse_args(argv)
+    from .model_cmd import profile
 
-    import statistics
-
-    from perf_model.profile import DEFAULT_WARMUP, ProfileError, profile_of_runs
-
-    try:
-        engine = _open_for_reading(args.db)
-    except (_NoDatabase, _OlderSchema) as exc:
-        return _fail(str(exc))
-    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
-    if warmup < 0:
-        return _fail(f"--warmup {warmup}: expected steps >= 0")
-    try:
-        profile = profile_of_runs(engine, args.run_ids, warmup)
-    except ProfileError as exc:
-        return _fail(str(exc))
-    out = Path(args.out or f"profile-{'-'.join(map(str, args.run_ids))}.json")
-    out.write_text(profile.to_json())
-    src = profile.source
-    ms = lambda xs: f"{statistics.median(xs) * 1e3:.2f} ms (IQR {_iqr_ms(xs)})"  # noqa: E731
-    print(f"{out}: {src['model']}, batch {src['batch_size']}, {src['threads_per_worker']} thread(s) per rank, "
-          f"{len(profile.forward)} step records of {len(args.run_ids)} run(s) (up to {src['world_size']} rank(s), "
-          f"first {warmup} steps of each left out)")
-    print(f"  forward {ms(profile.forward)}, backward {ms(profile.backward)}")
-    print(f"  gradient ready times: {len(profile.ready_fraction)} tensors from the timeline" if profile.ready_fraction
-          else "  gradient ready times: none (run without timeline=true): emulated runs spread them evenly")
-    if src["world_size"] > 1:
-        print("  note: a multi-rank run's backward includes its engine's work; a 1-rank run's profile is cleaner")
-    return 0
+    return profile(argv)
 
 
 def _model(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy model", description="Fit a performance model to a study's "
-                                     "runs (perf_model/terms.py holds its equations) and store it.")
-    parser.add_argument("action", choices=("fit",))
-    parser.add_argument("--study", required=True)
-    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
-    _db_args(parser)
-    args = parser.parse_args(argv)
+    from .model_cmd import model
 
-    from perf_model.model import fit_study
-    from perf_model.study import DEFAULT_WARMUP
-    from results_db import connect
-    from results_db.store import resolve_db_url
-
-    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
-    if warmup < 0:
-        return _fail(f"--warmup {warmup}: expected steps >= 0")
-    try:
-        fit = fit_study(connect(resolve_db_url(args.db)), args.study, warmup)
-    except ValueError as exc:
-        return _fail(str(exc))
-    print(f"study {args.study}: model fit #{fit['id']} from {fit['runs']} finished run(s)"
-          + (f", {fit['emulated']} of them emulated" if fit["emulated"] else "") + f" (first {warmup} steps left out)")
-    for name, term in fit["terms"].items():
-        params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
-        q = term["quality"]
-        quality = (f"{q['points']} points, residual RMS {q['rms_seconds'] * 1e3:.3g} ms, worst {q['max_relative']:.1%}"
-                   if q["points"] else "no points to check")
-        print(f"  {name:13s} {params}  [{quality}]")
-        for note in term["notes"]:
-            print(f"  {'':13s} note: {note}")
-    for name, why in fit["unfitted"].items():
-        print(f"  {name:13s} not fitted: {why}")
-    return 0 if fit["terms"] else 2
+    return model(argv)
 
 
-def _iqr_ms(xs: Sequence[float]) -> str:
-    import statistics
+def _plan(argv: Sequence[str]) -> int:
+    from .model_cmd import plan
 
-    if len(xs) < 2:
-        return "-"
-    q = statistics.quantiles(xs, n=4)
-    return f"{q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}"
+    return plan(argv)
 
 
 COMMANDS = {"sweep": _sweep, "status": _status, "query": _query, "compare": _compare, "figures": _figures,
             "report": _report, "ingest": _ingest, "sites": _sites, "db": _db,
-            "profile": _profile, "model": _model}
+            "profile": _profile, "model": _model, "plan": _plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

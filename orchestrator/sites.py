@@ -22,6 +22,7 @@ import yaml
 
 from .errors import ConfigError
 from .queues import QueueLimits, parse_queues
+from .site_network import NetworkSpec, parse_network
 
 PROVIDERS = ("local", "slurm", "pbspro", "cobalt")
 MPI_LAUNCHERS = ("mpiexec", "srun", "aprun")
@@ -76,6 +77,8 @@ class SiteConfig:
     # allocation_nodes nodes (0: the sweep's largest run), several at a time when they fit
     allocation: str = "per_size"
     allocation_nodes: int = 0
+    accelerators_per_node: int = 0   # GPUs per node (documentation and predictions; runs use device=)
+    network: NetworkSpec | None = None   # interconnect, for model predict (site_network.py)
 
     @property
     def queue(self) -> str:
@@ -214,6 +217,11 @@ def load_site(name: str) -> SiteConfig:
         raise ConfigError("site.provider", raw["provider"], f"unsupported; known: {', '.join(PROVIDERS)}")
     if raw["mpi_launcher"] not in MPI_LAUNCHERS:
         raise ConfigError("site.mpi_launcher", raw["mpi_launcher"], f"unsupported; known: {', '.join(MPI_LAUNCHERS)}")
+    if "accelerators_per_node" in raw:
+        value = raw["accelerators_per_node"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError("site.accelerators_per_node", value, "expected an integer >= 0")
+    raw["network"] = parse_network(raw.get("network"))
     for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:
             _positive_int(f"site.{key}", raw[key])

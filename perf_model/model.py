@@ -13,13 +13,15 @@ from sqlalchemy.engine import Engine
 
 from results_db.model_fits import store_model_fit
 
-from .fit import FitError, Term, fit_allreduce, fit_compute, fit_hidden, fit_participation, fit_straggler
+from .bootstrap import DEFAULT_REPLICATES, bootstrap_params
+from .fit import FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler
+from .shape import workload_shapes
 from .study import DEFAULT_WARMUP, StudyData, load_study
 
 
 def fit_terms(data: StudyData) -> tuple[dict[str, Term], dict[str, str]]:
     fitters = {
-        "compute": lambda: fit_compute(data.compute),
+        "compute": lambda: fit_compute_any(data.compute),
         "allreduce": lambda: fit_allreduce(data.allreduce),
         "straggler": lambda: fit_straggler(data.per_step),
         "overlap": lambda: fit_hidden(data.step_stats),
@@ -35,12 +37,16 @@ def fit_terms(data: StudyData) -> tuple[dict[str, Term], dict[str, str]]:
     return terms, unfitted
 
 
-def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> dict[str, Any]:
-    """Fit, store, and return ``{"id", "terms", "unfitted", "runs"}``."""
+def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP,
+              replicates: int = DEFAULT_REPLICATES) -> dict[str, Any]:
+    """Fit, store, and return ``{"id", "terms", "unfitted", "runs", "workloads", "replicates"}``."""
     data = load_study(engine, study, warmup)
     terms, unfitted = fit_terms(data)
     run_ids = [int(i) for i in data.runs["run_id"]]
     as_dicts = {k: t.to_dict() for k, t in terms.items()}
-    fit_id = store_model_fit(engine, study, as_dicts, unfitted, run_ids, warmup)
+    shapes = workload_shapes(data)
+    replicas = bootstrap_params(data, set(terms), replicates) if replicates else []
+    fit_id = store_model_fit(engine, study, as_dicts, unfitted, run_ids, warmup, shapes, replicas)
     emulated = int((data.runs.get("compute") == "emulated").sum()) if "compute" in data.runs else 0
-    return {"id": fit_id, "terms": as_dicts, "unfitted": unfitted, "runs": len(run_ids), "emulated": emulated}
+    return {"id": fit_id, "terms": as_dicts, "unfitted": unfitted, "runs": len(run_ids), "emulated": emulated,
+            "workloads": shapes, "replicates": len(replicas)}

@@ -26,24 +26,44 @@ DEFAULT_WARMUP = 5
 class StudyData:
     runs: pd.DataFrame
     compute: pd.DataFrame       # run_id, batch, threads, seconds
-    per_step: pd.DataFrame      # run_id, step, rank, seconds
-    allreduce: pd.DataFrame     # run_id, ranks, bytes, seconds
+    per_step: pd.DataFrame      # run_id, step, rank, seconds (forward + backward), update, delay
+    allreduce: pd.DataFrame     # run_id, step, ranks, bytes, seconds
     step_stats: pd.DataFrame
     rounds: pd.DataFrame
+    step_bytes: pd.DataFrame    # run_id, step, bytes: what a step's collectives reduced, in all
+    grad_bytes: pd.Series       # run_id -> gradient bytes of one step (grad_ready stamps)
 
 
 def collective_times(events: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
-    """One row per fused collective of a run: bytes, the run's rank count, seconds from its
-    last start to its ranks' median end."""
-    if events.empty:
-        return pd.DataFrame(columns=["run_id", "ranks", "bytes", "seconds"])
-    g = events.groupby(["run_id", "step", "tensor"])
+    """One row per fused collective of a run that started after every rank's backward had
+    ended: bytes, the run's rank count, seconds from its last start to its ranks' median end.
+
+    Only those: while backward runs, the engine looks at a collective once a cycle (5 ms by
+    default), so the end it records is the cycle that noticed it, not when the data had
+    moved (on this machine the times cluster at 10 and 24 ms whatever the bytes); after
+    backward it waits in ``MPI_Wait``, and the end is the end."""
+    allreduce = events[events["phase"] == "allreduce"] if "phase" in events else events
+    if allreduce.empty:
+        return pd.DataFrame(columns=["run_id", "step", "ranks", "bytes", "seconds"])
+    backward = events[events["phase"] == "backward"] if "phase" in events else events.iloc[:0]
+    backward_end = backward.groupby(["run_id", "step"])["t1"].max()
+    g = allreduce.groupby(["run_id", "step", "tensor"])
     out = pd.DataFrame({"bytes": g["bytes"].max(), "start": g["t0"].max(), "end": g["t1"].median(),
                         "seen": g["rank"].nunique()}).reset_index()
     out["ranks"] = out["run_id"].map(ranks)
     out = out[out["seen"] == out["ranks"]]          # a collective every rank recorded
+    ends = pd.Series(list(zip(out["run_id"], out["step"])), index=out.index).map(backward_end)
+    out = out[ends.notna() & (out["start"] >= ends)]
     out["seconds"] = (out["end"] - out["start"]).clip(lower=0.0)
-    return out[out["seconds"] > 0][["run_id", "ranks", "bytes", "seconds"]]
+    return out[out["seconds"] > 0][["run_id", "step", "ranks", "bytes", "seconds"]]
+
+
+def compute_points(per_step: pd.DataFrame, batch: pd.Series, threads: pd.Series) -> pd.DataFrame:
+    """One compute point per run: the median of forward + backward over its steps and ranks."""
+    compute = per_step.groupby("run_id")["seconds"].median().rename("seconds").reset_index()
+    compute["batch"] = compute["run_id"].map(batch)
+    compute["threads"] = compute["run_id"].map(threads)
+    return compute
 
 
 def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> StudyData:
@@ -57,10 +77,33 @@ def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> Stud
     steps = steps.assign(seconds=steps["forward"] + steps["backward"])
     info = runs.set_index("run_id")
     threads = info["threads_per_node"] // info["workers_per_node"]
-    compute = steps.groupby("run_id")["seconds"].median().rename("seconds").reset_index()
-    compute["batch"] = compute["run_id"].map(info["batch_size"])
-    compute["threads"] = compute["run_id"].map(threads)
-    events = query.events(engine, ids, phases=["allreduce"], steps=(warmup, 1 << 30))
-    return StudyData(runs=runs, compute=compute, per_step=steps[["run_id", "step", "rank", "seconds"]],
+    steps = steps.assign(delay=steps["delay"].fillna(0.0))
+    events = query.events(engine, ids, phases=["allreduce", "backward"], steps=(warmup, 1 << 30))
+    return StudyData(runs=runs, compute=compute_points(steps, info["batch_size"], threads),
+                     per_step=steps[["run_id", "step", "rank", "seconds", "update", "delay"]],
                      allreduce=collective_times(events, info["world_size"]),
-                     step_stats=query.step_stats(engine, ids), rounds=query.rounds(engine, ids))
+                     step_stats=_from(query.step_stats(engine, ids), "step", warmup),
+                     rounds=_from(query.rounds(engine, ids), "round", warmup),
+                     step_bytes=bytes_per_step(events),
+                     grad_bytes=_grad_bytes(query.events(engine, ids, phases=["grad_ready"], steps=(warmup, warmup))))
+
+
+def _grad_bytes(ready: pd.DataFrame) -> pd.Series:
+    """Per run, the bytes of the gradients one step computes (rank 0's ``grad_ready`` stamps):
+    what a collective must reduce, known even where nothing was reduced (1 rank)."""
+    if ready.empty:
+        return pd.Series(dtype=float)
+    return ready[ready["rank"] == ready["rank"].min()].groupby("run_id")["bytes"].sum().astype(float)
+
+
+def bytes_per_step(events: pd.DataFrame) -> pd.DataFrame:
+    """Per run and step, the bytes of its fused collectives (each once, at its largest over ranks)."""
+    allreduce = events[events["phase"] == "allreduce"] if "phase" in events else events
+    if allreduce.empty:
+        return pd.DataFrame(columns=["run_id", "step", "bytes"])
+    per_tensor = allreduce.groupby(["run_id", "step", "tensor"])["bytes"].max()
+    return per_tensor.groupby(["run_id", "step"]).sum().rename("bytes").reset_index()
+
+
+def _from(frame: pd.DataFrame, column: str, first: int) -> pd.DataFrame:
+    return frame[frame[column] >= first] if column in frame else frame

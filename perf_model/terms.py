@@ -70,3 +70,59 @@ def step_seconds(ranks, batch, threads, nbytes, *, c0: float, c1: float, alpha: 
     """T(P) = C(b, t) + S(P) + (1 - h) A(n, P) + U."""
     return (compute_seconds(batch, threads, c0, c1, alpha) + straggler_seconds(ranks, sigma)
             + (1 - hidden) * allreduce_seconds(nbytes, ranks, latency, bandwidth) + update)
+
+
+def _expected_from_cdf(cdf, lo: float, hi: float, points: int = 20001) -> float:
+    """E[X] = integral_0^inf (1 - F) - integral_-inf^0 F, for X with CDF F supported in [lo, hi]."""
+    x = np.linspace(min(lo, 0.0), max(hi, 0.0), points)
+    f = cdf(x)
+    g = np.where(x >= 0, 1.0 - f, -f)
+    return float((g.sum() - (g[0] + g[-1]) / 2) * (x[1] - x[0]))
+
+
+def injected_wait_sync(p: int, k: int, delay: float, sigma: float) -> float:
+    """W(P) for a synchronous step: the expected excess of the slowest rank over the mean
+    compute when exactly k of the P ranks sleep ``delay`` (the paper's injection) and every
+    rank's compute varies with standard deviation sigma:
+
+        W = E[max(delay + sigma max_k Z, sigma max_{P-k} Z)],
+        F_max(x) = Phi((x - delay) / sigma)**k * Phi(x / sigma)**(P - k).
+
+    k = 0 gives S(P) = sigma e(P); sigma = 0 gives delay (k >= 1) or 0."""
+    k = min(max(int(k), 0), int(p))
+    if sigma <= 0:
+        return float(delay) if k else 0.0
+    if k == 0:
+        return float(sigma * expected_max_normal(int(p)))
+    cdf = lambda x: ndtr((x - delay) / sigma) ** k * ndtr(x / sigma) ** (p - k)  # noqa: E731
+    return _expected_from_cdf(cdf, -10 * sigma, delay + 10 * sigma)
+
+
+def injected_wait_eager(p: int, k: int, delay: float, sigma: float, segment: int) -> float:
+    """W(P) per step for eager-SGD: no rank waits for another except at the synchronous round
+    ending each segment of ``segment`` steps (``sync_every``), so a segment lasts as long as
+    its slowest rank's own work. Each rank sleeps in N_r of the segment's steps, N_r ~
+    Binomial(segment, k / P), taken as independent across ranks (they are not quite: exactly
+    k sleep each step), with compute noise sigma sqrt(segment) over the segment:
+
+        W = E[max_r (delay N_r + sigma sqrt(segment) Z_r)] / segment,
+        F_max(x) = (sum_m Binom(m; segment, k/P) Phi((x - delay m) / (sigma sqrt(segment))))**P.
+
+    The expected *minimum* is what Solo's rounds wait for, ~0: the segment's maximum is
+    what the synchronous rounds wait for, and it is what bounds the throughput."""
+    from scipy.stats import binom
+
+    n = max(int(segment), 1)
+    q = min(max(k, 0), p) / p
+    m = np.arange(n + 1)
+    pm = binom.pmf(m, n, q)
+    s = sigma * math.sqrt(n)
+    if s <= 0:
+        cdf_one = lambda x: (pm[None, :] * (m[None, :] * delay <= x[:, None])).sum(axis=1)  # noqa: E731
+        lo, hi = 0.0, delay * n
+        if delay <= 0:
+            return 0.0
+    else:
+        cdf_one = lambda x: (pm[None, :] * ndtr((x[:, None] - delay * m[None, :]) / s)).sum(axis=1)  # noqa: E731
+        lo, hi = -10 * s, delay * n + 10 * s
+    return _expected_from_cdf(lambda x: cdf_one(x) ** p, lo, hi, points=4001) / n

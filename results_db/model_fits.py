@@ -14,10 +14,12 @@ from .store import writer
 
 
 def store_model_fit(engine: Engine, study: str, terms: dict[str, Any], unfitted: dict[str, str],
-                    run_ids: Sequence[int], warmup: int) -> int:
+                    run_ids: Sequence[int], warmup: int, workloads: dict[str, Any] | None = None,
+                    bootstrap: list[dict[str, Any]] | None = None) -> int:
     with Session(writer(engine)) as session, session.begin():
         row = ModelFit(study_id=get_or_create_study(session, study).id, terms=terms, unfitted=unfitted,
-                       run_ids=[int(i) for i in run_ids], warmup=int(warmup))
+                       run_ids=[int(i) for i in run_ids], warmup=int(warmup), workloads=workloads,
+                       bootstrap=bootstrap)
         session.add(row)
         session.flush()
         return row.id
@@ -31,4 +33,5 @@ def latest_model_fit(engine: Engine, study: str) -> dict[str, Any] | None:
         if row is None:
             return None
         return {"id": row.id, "study": study, "created_at": row.created_at, "terms": row.terms,
-                "unfitted": row.unfitted, "run_ids": list(row.run_ids), "warmup": row.warmup}
+                "unfitted": row.unfitted, "run_ids": list(row.run_ids), "warmup": row.warmup,
+                "workloads": row.workloads, "bootstrap": row.bootstrap}

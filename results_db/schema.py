@@ -238,3 +238,5 @@ class ModelFit(Base):
     unfitted: Mapped[dict] = mapped_column(JSON)         # name -> why it could not be fitted
     run_ids: Mapped[list] = mapped_column(JSON)
     warmup: Mapped[int] = mapped_column(Integer)
+    workloads: Mapped[Optional[dict]] = mapped_column(JSON)   # algorithm -> what its runs measured (perf_model.shape)
+    bootstrap: Mapped[Optional[list]] = mapped_column(JSON)   # [{term: params}], refits on resampled steps

@@ -129,6 +129,13 @@ def test_model_fit_reads_a_stored_study_and_stores_the_fit(tmp_path):
                     c = mean + 0.001 * rng.standard_normal()
                     s.add(Step(run_id=d.run_id, rank=r, step=k, epoch=0, samples=b, t_start=t, data=0.0,
                                forward=c / 3, backward=2 * c / 3, comm_wait=0.0, update=0.0))
+                for r in range(p):   # backward ends at t on every rank: the collectives below start after it
+                    s.add(Event(run_id=d.run_id, rank=r, step=k, tensor="-", phase="backward", t0=t - 0.01, t1=t,
+                                bytes=0))
+                    # one collective while backward ran: its end is the engine cycle that noticed it
+                    # (collective_times leaves it out; kept, it would wreck the fit: 5 ms for 4 KB)
+                    s.add(Event(run_id=d.run_id, rank=r, step=k, tensor="fused-early", phase="allreduce",
+                                t0=t - 0.006, t1=t - 0.001, bytes=4000))
                 for j, n in enumerate((4e3, 4e5, 4e7)):
                     seconds = float(allreduce_seconds(n, p, 1e-5, 2e9))
                     for r in range(p):   # ranks start up to 1 ms apart; the data moves after the last

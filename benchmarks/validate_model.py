@@ -1,0 +1,114 @@
+"""Validate the performance model (issue 15, item 4) on the runs ``validate_model_runs.py`` stored.
+
+    python benchmarks/validate_model.py --db /tmp/validate.db [--warmup 10]
+
+1. Fit on ``validate-small`` (emulated, 2-8 ranks), predict 2-32 ranks per algorithm, and
+   compare with the measured throughput of ``validate-small`` (in sample) and
+   ``validate-large`` (16 and 32 ranks, out of sample).
+2. Fit on ``validate-profile`` (real, 1 rank; no allreduce term can be fitted there, so the
+   communication comes from the local site's measured ``network:``), predict 2 ranks,
+   compare with ``validate-real2`` (real, 2 ranks).
+
+Measured throughput: global batch / rank 0's mean step time after ``--warmup``
+(``perf_model.measured``), per run; the error is predicted / measured - 1 against the median
+over a size's runs. To say which term caused an error, the measured step is split like the
+prediction: compute (forward + backward) and update as measured, and the rest (waiting and
+exposed communication: the model's wait + comm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import pandas as pd
+
+
+def measured_parts(engine, run_ids, warmup: int) -> pd.DataFrame:
+    from perf_model.measured import step_times
+    from results_db import query
+
+    steps = query.steps(engine, list(run_ids))
+    steps = steps[(steps["rank"] == 0) & (steps["step"] >= warmup)]
+    steps = steps.assign(t=step_times(steps), compute=steps["forward"] + steps["backward"])
+    g = steps.groupby("run_id")
+    return pd.DataFrame({"step": g["t"].mean(), "compute": g["compute"].mean(), "update": g["update"].mean(),
+                         "rest": g["t"].mean() - g["compute"].mean() - g["update"].mean()})
+
+
+def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=None, label: str = "") -> list[dict]:
+    from perf_model.measured import measured_throughput
+    from perf_model.predict import predict
+
+    rows = []
+    for study, ids in study_runs.items():
+        measured = measured_throughput(engine, ids, warmup)
+        parts = measured_parts(engine, ids, warmup)
+        measured = measured.join(parts, on="run_id")
+        for (algorithm, ranks), group in measured.groupby(["algorithm", "ranks"]):
+            if algorithm not in (fit.get("workloads") or {}):
+                continue
+            [pred] = predict(fit, algorithm, [ranks], 1, network).to_dict("records")
+            m = float(group["throughput"].median())
+            rows.append({"set": study, "algorithm": algorithm, "ranks": int(ranks), "runs": len(group),
+                         "steps": int(group["steps"].median()), "measured": m,
+                         "spread": f"{group['throughput'].min():.0f}-{group['throughput'].max():.0f}",
+                         "predicted": pred["throughput"],
+                         "band": f"{pred['throughput_low']:.0f}-{pred['throughput_high']:.0f}",
+                         "error": pred["throughput"] / m - 1,
+                         "compute": (pred["compute_seconds"], float(group["compute"].median())),
+                         "rest": (pred["wait_seconds"] + pred["comm_seconds"], float(group["rest"].median())),
+                         "update": (pred["update_seconds"], float(group["update"].median()))})
+    print(f"\n{label}")
+    print(f"{'set':15s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
+          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm | update")
+    for r in rows:
+        parts = " | ".join(f"{r[k][0] * 1e3:6.1f}/{r[k][1] * 1e3:6.1f}" for k in ("compute", "rest", "update"))
+        print(f"{r['set']:15s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
+              f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--replicates", type=int, default=100)
+    args = ap.parse_args()
+
+    from orchestrator.sites import load_site
+    from perf_model.model import fit_study
+    from perf_model.predict import Network
+    from results_db import connect, query
+    from results_db.model_fits import latest_model_fit
+
+    engine = connect(f"sqlite:///{args.db}")
+
+    def ids(study: str) -> list[int]:
+        runs = query.runs(engine, study=study, where="status=done")
+        return [int(i) for i in runs["run_id"]]
+
+    fit_study(engine, "validate-small", args.warmup, args.replicates)
+    fit = latest_model_fit(engine, "validate-small")
+    for name, term in fit["terms"].items():
+        print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items()))
+    rows = compare(engine, fit, {"validate-small": ids("validate-small"), "validate-large": ids("validate-large")},
+                   args.warmup, label="1. fit on emulated 2-8 ranks (validate-small), predict 2-32")
+    out = [r for r in rows if r["set"] == "validate-large"]
+    if out:
+        worst = max(out, key=lambda r: abs(r["error"]))
+        print(f"out of sample: median |error| {statistics.median(abs(r['error']) for r in out):.1%}, worst "
+              f"{worst['error']:+.1%} ({worst['algorithm']}, {worst['ranks']} ranks)")
+
+    fit_study(engine, "validate-profile", args.warmup, args.replicates)
+    fit1 = latest_model_fit(engine, "validate-profile")
+    net = load_site("local").network
+    network = Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
+    print(f"\n1-rank fit: " + "; ".join(f"{n}: " + ", ".join(f"{k}={v:.4g}" for k, v in t["params"].items())
+                                      for n, t in fit1["terms"].items()))
+    compare(engine, fit1, {"validate-real2": ids("validate-real2")}, args.warmup, network,
+            label="2. fit on real 1-rank runs (validate-profile), network of site local, predict real 2 ranks")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""``scalestudy profile``, ``scalestudy model fit|predict`` and ``scalestudy plan``: the
+performance model's commands (the model itself is ``perf_model``; planning against a
+site's queues is ``orchestrator.planner``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from .cli import _db_args, _fail, _NoDatabase, _OlderSchema, _open_for_reading
+
+
+def parse_counts(field: str, text: str) -> list[int]:
+    """``8,16,32``, or a geometric series written ``8,16,...,1024`` (the ratio of the first
+    two, up to the last)."""
+    parts = [p.strip() for p in text.replace("…", "...").split(",") if p.strip()]
+    try:
+        if "..." in parts:
+            i = parts.index("...")
+            head, last = [int(p) for p in parts[:i]], int(parts[i + 1])
+            if len(head) < 2 or head[1] <= head[0] or i != len(parts) - 2:
+                raise ValueError
+            counts, ratio = head, head[1] / head[0]
+            while counts[-1] * ratio <= last + 1e-9:
+                counts.append(int(round(counts[-1] * ratio)))
+        else:
+            counts = [int(p) for p in parts]
+    except (ValueError, IndexError):
+        raise SystemExit(_fail(f"{field} {text!r}: expected counts like 8,16,32 or 8,16,...,1024")) from None
+    if not counts or any(c < 1 for c in counts):
+        raise SystemExit(_fail(f"{field} {text!r}: expected counts >= 1"))
+    return sorted(set(counts))
+
+
+def profile(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy profile",
+        description="Write the compute profile of a finished real run, for compute=emulated runs "
+                    "(compute_profile=FILE). Profile a 1-rank run with timeline=true of the model, batch "
+                    "and threads to emulate.")
+    parser.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID",
+                        help="run ids (scalestudy query shows them); several runs of one configuration are "
+                             "pooled, a sample of the machine rather than of one run's minute")
+    parser.add_argument("-o", "--out", default=None, help="profile file (default: profile-RUN_ID.json)")
+    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out at the start (default 5)")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    from perf_model.profile import DEFAULT_WARMUP, ProfileError, profile_of_runs
+
+    try:
+        engine = _open_for_reading(args.db)
+    except (_NoDatabase, _OlderSchema) as exc:
+        return _fail(str(exc))
+    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+    if warmup < 0:
+        return _fail(f"--warmup {warmup}: expected steps >= 0")
+    try:
+        prof = profile_of_runs(engine, args.run_ids, warmup)
+    except ProfileError as exc:
+        return _fail(str(exc))
+    out = Path(args.out or f"profile-{'-'.join(map(str, args.run_ids))}.json")
+    out.write_text(prof.to_json())
+    src = prof.source
+    ms = lambda xs: f"{statistics.median(xs) * 1e3:.2f} ms (IQR {_iqr_ms(xs)})"  # noqa: E731
+    print(f"{out}: {src['model']}, batch {src['batch_size']}, {src['threads_per_worker']} thread(s) per rank, "
+          f"{len(prof.forward)} step records of {len(args.run_ids)} run(s) (up to {src['world_size']} rank(s), "
+          f"first {warmup} steps of each left out)")
+    print(f"  forward {ms(prof.forward)}, backward {ms(prof.backward)}")
+    print(f"  gradient ready times: {len(prof.ready_fraction)} tensors from the timeline" if prof.ready_fraction
+          else "  gradient ready times: none (run without timeline=true): emulated runs spread them evenly")
+    if src["world_size"] > 1:
+        print("  note: a multi-rank run's backward includes its engine's work; a 1-rank run's profile is cleaner")
+    return 0
+
+
+def _iqr_ms(xs: Sequence[float]) -> str:
+    if len(xs) < 2:
+        return "-"
+    q = statistics.quantiles(xs, n=4)
+    return f"{q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}"
+
+
+def model(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy model",
+        description="fit: fit the performance model to a study's runs (perf_model/terms.py holds its equations) "
+                    "and store it. predict: throughput, efficiency and the step's parts at other node counts, "
+                    "with the fit's uncertainty band, and a figure of measured points and the predicted curve.")
+    parser.add_argument("action", choices=("fit", "predict"))
+    parser.add_argument("--study", required=True)
+    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
+    parser.add_argument("--replicates", type=int, default=None,
+                        help="fit: bootstrap refits for the prediction band (default 100; 0: none)")
+    parser.add_argument("--nodes", default=None, help="predict: node counts, e.g. 8,16,...,1024 (default: 1,2,...,64)")
+    parser.add_argument("--ranks", default=None, help="predict: rank counts instead of nodes (one node each)")
+    parser.add_argument("--workers-per-node", type=int, default=None,
+                        help="predict: ranks per node (default: the study's)")
+    parser.add_argument("--site", default=None, help="predict: take the network from this site's network: block "
+                                                     "(default: the allreduce fitted on the study's machine)")
+    parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
+    parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
+    parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY)")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+    if args.action == "fit":
+        return _fit(args)
+    return _predict(args)
+
+
+def _fit(args) -> int:
+    from perf_model.bootstrap import DEFAULT_REPLICATES
+    from perf_model.model import fit_study
+    from perf_model.study import DEFAULT_WARMUP
+    from results_db import connect
+    from results_db.store import resolve_db_url
+
+    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+    if warmup < 0:
+        return _fail(f"--warmup {warmup}: expected steps >= 0")
+    replicates = DEFAULT_REPLICATES if args.replicates is None else args.replicates
+    if replicates < 0:
+        return _fail(f"--replicates {replicates}: expected >= 0")
+    try:
+        fit = fit_study(connect(resolve_db_url(args.db)), args.study, warmup, replicates)
+    except ValueError as exc:
+        return _fail(str(exc))
+    print(f"study {args.study}: model fit #{fit['id']} from {fit['runs']} finished run(s)"
+          + (f", {fit['emulated']} of them emulated" if fit["emulated"] else "")
+          + f" (first {warmup} steps left out; {fit['replicates']} bootstrap refits)")
+    for name, term in fit["terms"].items():
+        params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
+        q = term["quality"]
+        quality = (f"{q['points']} points, residual RMS {q['rms_seconds'] * 1e3:.3g} ms, worst {q['max_relative']:.1%}"
+                   if q["points"] else "no points to check")
+        print(f"  {name:13s} {params}  [{quality}]")
+        for note in term["notes"]:
+            print(f"  {'':13s} note: {note}")
+    for name, why in fit["unfitted"].items():
+        print(f"  {name:13s} not fitted: {why}")
+    for algorithm, shape in fit["workloads"].items():
+        grad = f"{shape['gradient_bytes'] / 1e6:.3g} MB" if shape["gradient_bytes"] else "unknown"
+        print(f"  {algorithm}: ranks {','.join(map(str, shape['ranks']))}; per step {shape['collectives_per_step']:g} "
+              f"collective(s) of {grad} in all, {shape['hidden']:.0%} hidden, update "
+              f"{shape['update_seconds'] * 1e3:.3g} ms" + (f"; {shape['injected_ranks']} rank(s) sleep "
+                                                           f"{shape['injected_delay'] * 1e3:g} ms each step"
+                                                           if shape["injected_ranks"] else ""))
+        for note in shape["notes"]:
+            print(f"  {'':13s} note: {note}")
+    return 0 if fit["terms"] else 2
+
+
+def _network(site_name: str | None):
+    from perf_model.predict import Network
+
+    from .sites import load_site
+
+    if site_name is None:
+        return None, None
+    site = load_site(site_name)
+    if site.network is None:
+        raise ValueError(f"--site {site_name}: its site YAML has no network: block (latency_us, node_bandwidth_gbs, "
+                         "source); see site_configs/template.yaml")
+    net = site.network
+    return site, Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
+
+
+def _predict(args) -> int:
+    from perf_model.figure import draw_prediction
+    from perf_model.measured import measured_throughput
+    from perf_model.predict import DEFAULT_BAND, PredictError, choose_algorithm, predict
+    from results_db.model_fits import latest_model_fit
+
+    from .errors import ConfigError
+
+    if args.nodes and args.ranks:
+        return _fail("--nodes and --ranks: give one")
+    band = DEFAULT_BAND if args.band is None else args.band
+    if not 0 < band < 1:
+        return _fail(f"--band {band}: expected a fraction in (0, 1)")
+    if args.workers_per_node is not None and args.workers_per_node < 1:
+        return _fail(f"--workers-per-node {args.workers_per_node}: expected >= 1")
+    try:
+        engine = _open_for_reading(args.db)
+    except (_NoDatabase, _OlderSchema) as exc:
+        return _fail(str(exc))
+    fit = latest_model_fit(engine, args.study)
+    if fit is None:
+        return _fail(f"study {args.study!r} has no model fit: run scalestudy model fit --study {args.study}")
+    try:
+        algorithm = choose_algorithm(fit, args.algorithm)
+        site, network = _network(args.site)
+        if args.ranks:
+            counts, wpn = parse_counts("--ranks", args.ranks), 1
+        else:
+            counts = parse_counts("--nodes", args.nodes or "1,2,...,64")
+            wpn = args.workers_per_node
+        if site is not None and max(counts) > site.max_nodes and not args.ranks:
+            print(f"note: site {site.name} has {site.max_nodes} nodes; counts above it are beyond the machine")
+        table = predict(fit, algorithm, counts, wpn, network, band)
+    except (PredictError, ConfigError, ValueError) as exc:
+        return _fail(str(exc))
+    shape = fit["workloads"][algorithm]
+    wpn = wpn or shape["workers_per_node"]
+    where = f"network of site {site.name} ({network.source})" if network else \
+        "allreduce fitted on the study's own machine"
+    print(f"study {args.study}, {algorithm}: model fit #{fit['id']} ({len(fit['run_ids'])} runs, "
+          f"{len(fit.get('bootstrap') or [])} bootstrap refits); {shape['model']}, batch {shape['batch_size']}/rank, "
+          f"{shape['threads_per_worker']} thread(s)/rank, {wpn} rank(s)/node; {where}")
+    print(f"{'nodes':>6} {'ranks':>6} {'step ms':>9} {f'{band:.0%} band':>17} {'compute':>8} {'wait':>7} {'comm':>7} "
+          f"{'update':>7} {'samples/s':>10} {f'{band:.0%} band':>19} {'eff':>6}")
+    for r in table.itertuples():
+        print(f"{r.nodes:6d} {r.ranks:6d} {r.step_seconds * 1e3:9.1f} {r.step_low * 1e3:8.1f}-{r.step_high * 1e3:<8.1f} "
+              f"{r.compute_seconds * 1e3:8.1f} {r.wait_seconds * 1e3:7.1f} {r.comm_seconds * 1e3:7.2f} "
+              f"{r.update_seconds * 1e3:7.2f} {r.throughput:10.1f} {r.throughput_low:9.1f}-{r.throughput_high:<9.1f} "
+              f"{r.efficiency:6.1%}")
+    for name, term in fit["terms"].items():
+        for note in term["notes"]:
+            print(f"note ({name}): {note}")
+    for note in shape["notes"]:
+        print(f"note ({algorithm}): {note}")
+    print("the band is the fit's sampling spread (steps resampled), not the model's error at scale: "
+          "benchmarks/RESULTS.md measures that")
+    measured = measured_throughput(engine, fit["run_ids"], fit["warmup"])
+    measured = measured[measured["algorithm"] == algorithm]
+    out = Path(args.out or Path("figures") / args.study)
+    stem = f"prediction-{algorithm}" + (f"-{site.name}" if site else "")
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{stem}.csv", index=False)
+    emulated = _emulated(engine, fit["run_ids"])
+    path = draw_prediction(table, measured, out / f"{stem}.png",
+                           f"{args.study}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank"
+                           + (f", network of {site.name}" if site else ""), band, emulated)
+    print(f"figure: {path} (table: {out / f'{stem}.csv'})")
+    return 0
+
+
+def _emulated(engine, run_ids) -> bool:
+    from results_db import query
+
+    runs = query.runs(engine, run_ids=list(run_ids))
+    return bool("compute" in runs and (runs["compute"] == "emulated").any())
+
+
+def plan(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy plan",
+        description="Choose the node counts and repeats a node-hour budget buys on a site, from the study's "
+                    "model fit (scalestudy model fit): each size's predicted run time, walltime request, queue and "
+                    "charge; the predicted curve; and the sweep command to run (also written to --out).")
+    parser.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                        help="study=S (required: the fitted study), site=SITE (default local), algorithm=A, "
+                             "workers_per_node=W")
+    parser.add_argument("--budget", type=float, required=True, help="node-hours to spend, charged at most")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs per node count (default: the most, up to 5, that keep the widest range of node "
+                             "counts in the budget)")
+    parser.add_argument("--nodes", default=None, help="candidate node counts (default 1,2,4,... up to the site's max)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: what the study's runs ran)")
+    parser.add_argument("--out", default=None, help="file for the sweep overrides (default plan-STUDY-SITE.txt)")
+    _db_args(parser)
+    args = parser.parse_args(argv)
+
+    import shlex
+
+    from perf_model.predict import PredictError, choose_algorithm
+    from results_db.model_fits import latest_model_fit
+
+    from .errors import ConfigError
+    from .planner import choose_plan
+    from .sites import load_site
+
+    settings = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("study", "site", "algorithm", "workers_per_node"):
+            return _fail(f"{item!r}: expected study=S, site=SITE, algorithm=A or workers_per_node=W")
+        settings[key] = value
+    if "study" not in settings:
+        return _fail("study=S is required (the study whose model fit plans the runs)")
+    if not args.budget > 0:
+        return _fail(f"--budget {args.budget}: expected node-hours > 0")
+    if args.repeats is not None and args.repeats < 1:
+        return _fail(f"--repeats {args.repeats}: expected >= 1")
+    if args.steps is not None and args.steps < 1:
+        return _fail(f"--steps {args.steps}: expected >= 1")
+    study = settings["study"]
+    try:
+        site = load_site(settings.get("site", "local"))
+        wpn = int(settings["workers_per_node"]) if "workers_per_node" in settings else None
+        if wpn is not None and wpn < 1:
+            raise ValueError
+    except ValueError:
+        return _fail(f"workers_per_node={settings.get('workers_per_node')!r}: expected an integer >= 1")
+    except ConfigError as exc:
+        return _fail(str(exc))
+    try:
+        engine = _open_for_reading(args.db)
+    except (_NoDatabase, _OlderSchema) as exc:
+        return _fail(str(exc))
+    fit = latest_model_fit(engine, study)
+    if fit is None:
+        return _fail(f"study {study!r} has no model fit: run scalestudy model fit --study {study}")
+    try:
+        algorithm = choose_algorithm(fit, settings.get("algorithm"))
+    except PredictError as exc:
+        return _fail(str(exc))
+    shape = fit["workloads"][algorithm]
+    wpn = wpn or shape["workers_per_node"]
+    steps = args.steps or shape["steps"]
+    candidates = parse_counts("--nodes", args.nodes) if args.nodes else \
+        [2 ** i for i in range(int(math.log2(site.max_nodes)) + 1)]
+    if site.network is None and "allreduce" not in fit["terms"]:
+        return _fail(f"site {site.name} has no network: block and fit #{fit['id']} no allreduce term "
+                     f"({fit['unfitted'].get('allreduce', '')}): add network: to the site YAML")
+    try:
+        result = choose_plan(fit, algorithm, site, args.budget, args.repeats, candidates, wpn, steps)
+    except (PredictError, ConfigError) as exc:
+        return _fail(str(exc))
+    where = f"network of site {site.name}" if site.network else "allreduce fitted on the study's machine"
+    print(f"plan for study {study} on site {site.name}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank, "
+          f"{wpn} rank(s)/node, {steps} steps per run, {result.repeats} repeat(s); model fit #{fit['id']}; {where}")
+    print(f"budget {args.budget:g} node-hours, planned against the charge at most (walltime x charged nodes)")
+    print(f"{'nodes':>6} {'ranks':>6} {'run':>9} {'walltime':>9} {'queue':>18} {'node-h at most':>14} "
+          f"{'expected':>9} {'samples/s':>10} {'eff':>6}  plan")
+    for s in result.sizes:
+        verdict = "run" if s.chosen else (f"refused: {s.refused}" if s.refused else "over budget")
+        print(f"{s.nodes:6d} {s.ranks:6d} {_duration(s.run_seconds):>9} {s.walltime:>9} {s.queue or '-':>18} "
+              f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f} {s.throughput:10.1f} {s.efficiency:6.1%}  {verdict}")
+    if not result.chosen:
+        cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
+        return _fail(f"a budget of {args.budget:g} node-hours buys no run"
+                     + (f": the cheapest, {cheapest.nodes} node(s) x {result.repeats} repeat(s), costs "
+                        f"{cheapest.max_node_hours:.2f} at most" if cheapest else ": no queue takes any size"))
+    print(f"chosen: {', '.join(str(s.nodes) for s in result.chosen)} node(s) x {result.repeats} repeat(s): "
+          f"{result.max_node_hours:.2f} node-hours at most, {result.expected_node_hours:.2f} expected "
+          f"({args.budget - result.max_node_hours:.2f} of the budget left)")
+    study_key = "study" if _study_config_exists(study) else "study_name"
+    lines = []
+    for queue, walltime, nodes in result.sweep_groups():
+        overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
+                     f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",
+                     f"threads_per_node={wpn * shape['threads_per_worker']}", f"nodes={','.join(map(str, nodes))}",
+                     f"repeat={','.join(map(str, range(result.repeats)))}"]
+        if site.provider != "local":
+            overrides.append(f"walltime={walltime}")
+            if queue and queue != site.queue:
+                overrides.append(f"queue={queue}")
+        lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))
+    out = Path(args.out or f"plan-{study}-{site.name}.txt")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"sweep to run (written to {out}; add --dry-run to see the batch scripts first):")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _study_config_exists(study: str) -> bool:
+    return (Path(__file__).parent / "conf" / "study" / f"{study}.yaml").is_file()

@@ -1,0 +1,187 @@
+"""Planning runs with the fitted model: what a run will take, what to ask the queue for, and
+which node counts and repeats a node-hour budget buys (``scalestudy plan``).
+
+A run's predicted time is its start-up and evaluation overhead (measured on the fitted
+study's runs) plus its steps times the predicted step time (``perf_model.predict``). A batch
+job's walltime request is that time, times ``MARGIN``, plus ``PAD_SECONDS`` (the queue's
+start-up, the job script), rounded up to 5 minutes: a job that outlives its walltime is
+killed, one that asks too much waits longer and is charged no more (facilities charge the
+time used), so the margin is generous. Budgets are planned against the charge *at most*
+(the walltime, the queue's minimum charge and charge factor): a run slower than predicted
+still fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .errors import ConfigError
+
+MARGIN = 1.5
+PAD_SECONDS = 300
+ROUND_SECONDS = 300
+
+
+def walltime_request(seconds: float) -> str:
+    """HH:MM:SS for a job predicted to take ``seconds``: with the margin and pad, rounded up."""
+    total = int(math.ceil((seconds * MARGIN + PAD_SECONDS) / ROUND_SECONDS) * ROUND_SECONDS)
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def network_of(site):
+    from perf_model.predict import Network
+
+    net = site.network
+    return None if net is None else Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
+
+
+def predicted_run_seconds(fit: dict[str, Any], algorithm: str, nodes: int, workers_per_node: int, steps: int,
+                          network=None, batch_size: int | None = None, threads: int | None = None) -> float | None:
+    """A run's predicted seconds, or None where the fit cannot say (another algorithm, or a
+    batch or thread count a one-batch compute term was not measured at)."""
+    from perf_model.predict import PredictError, predict
+
+    shapes = fit.get("workloads") or {}
+    if algorithm not in shapes:
+        return None
+    shape = shapes[algorithm]
+    compute = fit["terms"].get("compute", {}).get("params", {})
+    if compute.get("c1", 0.0) == 0.0 and ((batch_size or shape["batch_size"]) != shape["batch_size"] or
+                                          (threads or shape["threads_per_worker"]) != shape["threads_per_worker"]):
+        return None
+    if batch_size or threads:
+        fit = {**fit, "workloads": {**shapes, algorithm: {**shape, "batch_size": batch_size or shape["batch_size"],
+                                                           "threads_per_worker": threads or shape["threads_per_worker"]}}}
+    try:
+        [row] = predict(fit, algorithm, [nodes], workers_per_node, network).to_dict("records")
+    except PredictError:
+        return None
+    return shape.get("overhead_seconds", 0.0) + steps * row["step_seconds"]
+
+
+@dataclass
+class SizePlan:
+    nodes: int
+    ranks: int
+    run_seconds: float
+    throughput: float
+    efficiency: float
+    walltime: str = ""
+    queue: str = ""
+    charged_nodes: int = 0
+    expected_node_hours: float = 0.0     # repeats x charged nodes x predicted hours x charge factor
+    max_node_hours: float = 0.0          # charged nodes x walltime x charge factor
+    refused: str = ""                    # why no queue takes it
+    chosen: bool = False
+
+
+@dataclass
+class StudyPlan:
+    algorithm: str
+    repeats: int
+    budget: float
+    sizes: list[SizePlan] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> list[SizePlan]:
+        return [s for s in self.sizes if s.chosen]
+
+    @property
+    def max_node_hours(self) -> float:
+        return sum(s.max_node_hours for s in self.chosen)
+
+    @property
+    def expected_node_hours(self) -> float:
+        return sum(s.expected_node_hours for s in self.chosen)
+
+    def sweep_groups(self) -> list[tuple[str, str, list[int]]]:
+        """(queue, walltime, node counts): one sweep command per queue, each asking for the
+        longest walltime its sizes need (one sweep has one walltime)."""
+        groups: dict[str, list[SizePlan]] = {}
+        for s in self.chosen:
+            groups.setdefault(s.queue, []).append(s)
+        out = []
+        for queue, sizes in groups.items():
+            longest = max(sizes, key=lambda s: _seconds(s.walltime))
+            out.append((queue, longest.walltime, [s.nodes for s in sizes]))
+        return out
+
+
+def _seconds(walltime: str) -> int:
+    from .sites import walltime_seconds
+
+    return walltime_seconds(walltime)
+
+
+def _queue_for(site, nodes: int, walltime: str, choose_queue):
+    """The queue a job of ``walltime`` goes to; when none takes it, the request raised to a
+    queue's minimum walltime (Theta's default queue takes nothing under 30 minutes)."""
+    tries = [walltime] + sorted({q.min_walltime for q in site.queues if q.min_walltime and
+                                 _seconds(q.min_walltime) > _seconds(walltime)}, key=_seconds)
+    why = ""
+    for w in tries:
+        job_site = dataclasses.replace(site, walltime=w)
+        try:
+            queue, _ = choose_queue(job_site, nodes)
+            return job_site, queue, ""
+        except ConfigError as exc:
+            why = why or exc.reason.split(": ", 1)[0]
+    return dataclasses.replace(site, walltime=walltime), "", why
+
+
+def choose_plan(fit: dict[str, Any], algorithm: str, site, budget: float, repeats: int | None,
+                candidates: Sequence[int], workers_per_node: int, steps: int) -> StudyPlan:
+    """``plan_study`` at ``repeats``; or, when not given, at each of 5, 4, 3, 2, 1 repeats,
+    the plan that spans the most node counts, and among those the most repeats: the widest
+    scaling range the budget buys first, then as many repeats as that range affords."""
+    if repeats:
+        return plan_study(fit, algorithm, site, budget, repeats, candidates, workers_per_node, steps)
+    plans = [plan_study(fit, algorithm, site, budget, r, candidates, workers_per_node, steps) for r in AUTO_REPEATS]
+    return max(plans, key=lambda p: (len(p.chosen), p.repeats))
+
+
+AUTO_REPEATS = (5, 4, 3, 2, 1)
+
+
+def plan_study(fit: dict[str, Any], algorithm: str, site, budget: float, repeats: int, candidates: Sequence[int],
+               workers_per_node: int, steps: int) -> StudyPlan:
+    """Price every candidate node count on ``site`` (``repeats`` runs in one batch job each,
+    as ``allocation=per_size`` runs them), then choose the node counts from the smallest up
+    while their charge at most fits ``budget``: a scaling study needs its small sizes to
+    anchor the curve, and every doubling costs about twice the one before."""
+    from perf_model.predict import predict
+
+    from .queues import charged_node_hours, choose_queue
+
+    network = network_of(site)
+    table = predict(fit, algorithm, list(candidates), workers_per_node, network).set_index("nodes")
+    overhead = fit["workloads"][algorithm].get("overhead_seconds", 0.0)
+    plan = StudyPlan(algorithm=algorithm, repeats=repeats, budget=budget)
+    spent = 0.0
+    for n in candidates:
+        row = table.loc[n]
+        seconds = overhead + steps * float(row["step_seconds"])
+        size = SizePlan(nodes=int(n), ranks=int(row["ranks"]), run_seconds=seconds,
+                        throughput=float(row["throughput"]), efficiency=float(row["efficiency"]))
+        size.walltime = walltime_request(repeats * seconds)
+        if site.max_walltime and _seconds(size.walltime) > _seconds(site.max_walltime):
+            size.refused = f"{repeats} run(s) need {size.walltime}, over the site's max_walltime {site.max_walltime}"
+        elif n > site.max_nodes:
+            size.refused = f"the site has {site.max_nodes} nodes"
+        else:
+            job_site, size.queue, size.refused = _queue_for(site, int(n), size.walltime, choose_queue)
+            size.walltime = job_site.walltime
+            if not size.refused:
+                queued = dataclasses.replace(job_site, partition=size.queue) if size.queue else job_site
+                size.charged_nodes, size.max_node_hours = charged_node_hours(queued, int(n))
+                factor = size.max_node_hours / max(size.charged_nodes * _seconds(size.walltime) / 3600.0, 1e-12)
+                size.expected_node_hours = repeats * size.charged_nodes * seconds / 3600.0 * factor
+        if not size.refused and spent + size.max_node_hours <= budget and (not plan.sizes or all(
+                s.chosen or s.refused for s in plan.sizes)):
+            size.chosen = True
+            spent += size.max_node_hours
+        plan.sizes.append(size)
+    return plan

@@ -1,0 +1,122 @@
+"""Predicted step time, throughput and efficiency at rank counts not measured.
+
+A step of P ranks (``perf_model.terms``):
+
+    T(P) = C + W(P) + (1 - h) A(P) + U
+
+- C, the compute of one rank (the fitted ``compute`` term at the study's batch and threads);
+- W(P), the wait for other ranks: for synchronous algorithms (sync, ddp, horovod) the
+  slowest of P ranks (``injected_wait_sync``: straggler noise sigma, plus the injected
+  sleep when the study injects one); for eager-SGD the slowest rank over a segment of
+  ``sync_every`` steps (``injected_wait_eager``);
+- A(P) = m 2(P - 1) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in all
+  (ring), with lat and bw fitted on this machine or taken from a site's ``network:``;
+- h, the measured hidden share of this algorithm; U its measured update.
+
+Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
+waits nor communicates. The band is the spread of T(P) over the fit's bootstrap replicates
+(``perf_model.bootstrap``): the sampling error of the fit, not the model's form error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .terms import compute_seconds, injected_wait_eager, injected_wait_sync
+
+SYNCHRONOUS = ("sync", "ddp", "horovod")
+EAGER = ("eager_solo", "eager_majority")
+DEFAULT_BAND = 0.9
+
+
+class PredictError(ValueError):
+    """The fit cannot predict what was asked; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """Per-message latency (s) and bandwidth per node (bytes/s): a node's ranks share its
+    injection bandwidth when the ring leaves the node."""
+    latency: float
+    node_bandwidth: float
+    source: str
+
+    def per_rank(self, workers_per_node: int, nodes: int) -> tuple[float, float]:
+        return self.latency, self.node_bandwidth / (workers_per_node if nodes > 1 else 1)
+
+
+def choose_algorithm(fit: dict[str, Any], algorithm: str | None) -> str:
+    shapes = fit.get("workloads")
+    if not shapes:
+        raise PredictError(f"model fit #{fit['id']} of study {fit['study']!r} predates predictions "
+                           "(no workload shapes stored): run scalestudy model fit again")
+    if algorithm is None:
+        if len(shapes) > 1:
+            raise PredictError(f"study {fit['study']!r} holds {', '.join(sorted(shapes))}: choose one with --algorithm")
+        return next(iter(shapes))
+    if algorithm not in shapes:
+        raise PredictError(f"--algorithm {algorithm}: study {fit['study']!r} has no runs of it "
+                           f"(it has {', '.join(sorted(shapes))})")
+    if algorithm not in SYNCHRONOUS + EAGER:
+        raise PredictError(f"--algorithm {algorithm}: not modelled (the model covers {', '.join(SYNCHRONOUS + EAGER)})")
+    return algorithm
+
+
+def _step(params: dict[str, dict[str, float]], shape: dict[str, Any], algorithm: str, ranks: int, nodes: int,
+          network: Network | None) -> dict[str, float]:
+    c = float(compute_seconds(shape["batch_size"], shape["threads_per_worker"], **params["compute"]))
+    sigma = params.get("straggler", {}).get("sigma", 0.0)
+    k, d = shape["injected_ranks"], shape["injected_delay"]
+    if ranks == 1:
+        wait = d if k else 0.0
+    elif algorithm in EAGER:
+        segment = shape["sync_every"] or shape["steps"] or 1
+        wait = injected_wait_eager(ranks, k, d, sigma, segment)
+    else:
+        wait = injected_wait_sync(ranks, k, d, sigma)
+    comm = 0.0
+    if ranks > 1 and shape.get("gradient_bytes"):
+        if network is not None:
+            lat, bw = network.per_rank(shape["workers_per_node"], nodes)
+        else:
+            lat, bw = params["allreduce"]["latency"], params["allreduce"]["bandwidth"]
+        m, n = shape["collectives_per_step"], shape["gradient_bytes"]
+        comm = m * 2 * (ranks - 1) * lat + 2 * (ranks - 1) / ranks * n / bw
+    exposed = (1 - shape["hidden"]) * comm
+    update = shape["update_seconds"]
+    return {"compute": c, "wait": wait, "comm": exposed, "update": update, "step": c + wait + exposed + update}
+
+
+def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_per_node: int | None = None,
+            network: Network | None = None, band: float = DEFAULT_BAND) -> pd.DataFrame:
+    """One row per node count: nodes, ranks, the step's parts (s), step_seconds with its band
+    (step_low, step_high), throughput (samples/s) with its band, efficiency."""
+    shape = dict(fit["workloads"][algorithm])
+    wpn = int(workers_per_node or shape["workers_per_node"])
+    shape["workers_per_node"] = wpn
+    terms = {name: t["params"] for name, t in fit["terms"].items()}
+    if "compute" not in terms:
+        raise PredictError(f"model fit #{fit['id']}: no compute term ({fit['unfitted'].get('compute', '')})")
+    if network is None and "allreduce" not in terms and any(n * wpn > 1 for n in nodes) and shape.get("gradient_bytes"):
+        raise PredictError(f"model fit #{fit['id']} has no allreduce term ({fit['unfitted'].get('allreduce', '')}): "
+                           "give --site SITE whose site YAML has a network: block")
+    replicas = [{**terms, **r} for r in (fit.get("bootstrap") or [])]
+    lo_q, hi_q = (1 - band) / 2, 1 - (1 - band) / 2
+    rows = []
+    for n in nodes:
+        p = int(n) * wpn
+        point = _step(terms, shape, algorithm, p, int(n), network)
+        spread = [_step(r, shape, algorithm, p, int(n), network)["step"] for r in replicas]
+        low, high = (float(np.quantile(spread, lo_q)), float(np.quantile(spread, hi_q))) if spread else \
+            (point["step"], point["step"])
+        samples = p * shape["batch_size"]
+        rows.append({"nodes": int(n), "ranks": p, **{f"{k}_seconds": v for k, v in point.items()},
+                     "step_low": min(low, point["step"]), "step_high": max(high, point["step"]),
+                     "throughput": samples / point["step"], "throughput_low": samples / max(high, point["step"]),
+                     "throughput_high": samples / min(low, point["step"]),
+                     "efficiency": (point["compute"] + point["update"]) / point["step"]})
+    return pd.DataFrame(rows)
