@@ -18,6 +18,7 @@ without one.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import concurrent.futures
 import functools
 import gc
@@ -251,6 +252,9 @@ class ParslLauncher(Launcher):
             observer = self._make_observer()
             with phase("validate_and_register"):
                 submit = list(observer.before_submit(jobs)) if observer else [True] * len(jobs)
+            predicted_walltime = getattr(observer, "walltime_request", None)
+            if predicted_walltime and not self.site_overrides.get("walltime"):
+                site = dataclasses.replace(site, walltime=predicted_walltime)   # from the study's model fit
             for job, go in zip(jobs, submit):
                 if go:
                     self._size(job, site, observer)

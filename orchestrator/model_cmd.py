@@ -13,6 +13,9 @@ from typing import Sequence
 from .cli import _db_args, _fail, _NoDatabase, _OlderSchema, _open_for_reading
 
 
+SHARES = ("overlap", "participation")   # terms whose residuals are fractions, not seconds
+
+
 def parse_counts(field: str, text: str) -> list[int]:
     """``8,16,32``, or a geometric series written ``8,16,...,1024`` (the ratio of the first
     two, up to the last)."""
@@ -104,6 +107,8 @@ def model(argv: Sequence[str]) -> int:
     parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
     parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
     parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY)")
+    parser.add_argument("--also", default=None, metavar="STUDY",
+                        help="predict: draw this study's runs too (runs the fit did not see: a check at scale)")
     _db_args(parser)
     args = parser.parse_args(argv)
     if args.action == "fit":
@@ -134,7 +139,8 @@ def _fit(args) -> int:
     for name, term in fit["terms"].items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
         q = term["quality"]
-        quality = (f"{q['points']} points, residual RMS {q['rms_seconds'] * 1e3:.3g} ms, worst {q['max_relative']:.1%}"
+        rms = f"{q['rms_seconds']:.3g}" if name in SHARES else f"{q['rms_seconds'] * 1e3:.3g} ms"
+        quality = (f"{q['points']} points, residual RMS {rms}, worst {q['max_relative']:.1%}"
                    if q["points"] else "no points to check")
         print(f"  {name:13s} {params}  [{quality}]")
         for note in term["notes"]:
@@ -226,6 +232,15 @@ def _predict(args) -> int:
           "benchmarks/RESULTS.md measures that")
     measured = measured_throughput(engine, fit["run_ids"], fit["warmup"])
     measured = measured[measured["algorithm"] == algorithm]
+    others = None
+    if args.also:
+        from results_db import query
+
+        ids = [int(i) for i in query.runs(engine, study=args.also, where="status=done")["run_id"]]
+        if not ids:
+            return _fail(f"--also {args.also}: no finished runs")
+        others = measured_throughput(engine, ids, fit["warmup"])
+        others = others[others["algorithm"] == algorithm]
     out = Path(args.out or Path("figures") / args.study)
     stem = f"prediction-{algorithm}" + (f"-{site.name}" if site else "")
     out.mkdir(parents=True, exist_ok=True)
@@ -233,7 +248,8 @@ def _predict(args) -> int:
     emulated = _emulated(engine, fit["run_ids"])
     path = draw_prediction(table, measured, out / f"{stem}.png",
                            f"{args.study}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank"
-                           + (f", network of {site.name}" if site else ""), band, emulated)
+                           + (f", network of {site.name}" if site else ""), band, emulated,
+                           others=others, others_label=f"runs of {args.also} (not fitted)")
     print(f"figure: {path} (table: {out / f'{stem}.csv'})")
     return 0
 

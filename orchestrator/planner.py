@@ -185,3 +185,76 @@ def plan_study(fit: dict[str, Any], algorithm: str, site, budget: float, repeats
             spent += size.max_node_hours
         plan.sizes.append(size)
     return plan
+
+
+@dataclass
+class SweepPrediction:
+    """What the study's model fit predicts for a sweep's runs: seconds per run (None where it
+    cannot say), the walltime request it implies, and a note for the user."""
+    seconds: dict[int, float | None] = field(default_factory=dict)   # job idx -> predicted run seconds
+    walltime: str = ""
+    note: str = ""
+    source: str = ""      # which fit
+
+
+def _spec_steps(spec, shape: dict[str, Any]) -> int:
+    return spec.epochs * spec.steps_per_epoch if spec.steps_per_epoch else int(shape.get("steps") or 0)
+
+
+def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, Any]]) -> SweepPrediction:
+    """Predicted run times of a sweep's runs from the newest model fit of their study, read
+    without writing (no database file created, no schema migrated); empty when there is no
+    fit. ``walltime``: the longest batch job's request (``allocation=per_size``: a job runs
+    its node count's runs ``max_concurrent_runs`` at a time), capped at the site's
+    max_walltime; empty unless every run has a prediction."""
+    from results_db import connect
+    from results_db.migrate import is_current
+    from results_db.model_fits import latest_model_fit
+    from results_db.store import missing_sqlite_file, resolve_db_url
+
+    out = SweepPrediction()
+    if not indexed_specs or missing_sqlite_file(db_url) is not None:
+        return out
+    study = indexed_specs[0][1].study
+    try:
+        engine = connect(resolve_db_url(db_url), upgrade=False)
+        try:
+            fit = latest_model_fit(engine, study) if is_current(engine) else None
+        finally:
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - a prediction is a help, never a reason to refuse a sweep
+        return out
+    if fit is None or not fit.get("workloads"):
+        return out
+    network = network_of(site)
+    for idx, spec in indexed_specs:
+        shape = fit["workloads"].get(spec.algorithm)
+        out.seconds[idx] = None if shape is None else predicted_run_seconds(
+            fit, spec.algorithm, spec.nodes, spec.workers_per_node, _spec_steps(spec, shape), network,
+            spec.batch_size, spec.threads_per_worker)
+    known = [s for s in out.seconds.values() if s is not None]
+    source = out.source = f"model fit #{fit['id']} of study {study}"
+    if len(known) < len(out.seconds):
+        out.note = (f"predicted run times from {source}: {len(out.seconds) - len(known)} of {len(out.seconds)} runs "
+                    "have none (an algorithm, batch or thread count the fit did not measure)")
+        return out
+    if site.provider == "local" or site.allocation == "packed":
+        out.note = f"predicted run times from {source}"
+        return out
+    per_size: dict[int, float] = {}
+    for idx, spec in indexed_specs:
+        per_size[spec.nodes] = per_size.get(spec.nodes, 0.0) + out.seconds[idx]
+    from .queues import choose_queue
+
+    # each job's request, raised where a queue takes nothing shorter (Theta's default: 30 min)
+    requests = [_queue_for(site, n, walltime_request(total / max(site.max_concurrent_runs, 1)), choose_queue)[0].walltime
+                for n, total in per_size.items()]
+    out.walltime = max(requests, key=_seconds)
+    capped = ""
+    if site.max_walltime and _seconds(out.walltime) > _seconds(site.max_walltime):
+        out.walltime, capped = site.max_walltime, " (capped at the site's max_walltime: runs that outlast it get " \
+                                                  "another batch job)"
+    out.note = (f"walltime {out.walltime} per batch job from the predicted run times ({source}; the longest job's "
+                f"runs x {MARGIN:g} + {PAD_SECONDS // 60} min, at least a queue's minimum){capped}; walltime=HH:MM:SS "
+                "overrides it")
+    return out

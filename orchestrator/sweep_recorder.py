@@ -151,6 +151,8 @@ class SweepRecorder:
         self.retried: dict[int, dict[str, int]] = {}   # job idx -> kind of failure -> retries so far
         self._last_lost_check = 0.0
         self._ended_seen: dict[int, float] = {}          # job idx -> when its batch job was first seen ended
+        self.prediction = None                            # planner.SweepPrediction, from the study's model fit
+        self.walltime_request: str | None = None          # predicted walltime, when the user gave none
 
     # -- before anything is submitted ---------------------------------------------------
 
@@ -169,6 +171,8 @@ class SweepRecorder:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
             specs.append(spec)
+        self._predict(jobs, specs)
+        site = self.site
         from .allocation import batch_jobs, check_runs_fit
         from .queues import choose_queue
 
@@ -189,6 +193,24 @@ class SweepRecorder:
         self.retry_policy = RetryPolicy.from_config(
             OmegaConf.to_container(retries) if isinstance(retries, DictConfig) else retries)
         return specs
+
+    def _predict(self, jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> None:
+        """Predicted run times from the study's model fit, if it has one; the walltime request
+        they imply replaces the site's when the user gave none (``walltime_request``, which the
+        launcher applies to the batch jobs it submits)."""
+        from .planner import predict_sweep
+
+        self.prediction = predict_sweep(OmegaConf.select(self.config, "db_url"), self.site,
+                                        [(j.idx, s) for j, s in zip(jobs, specs)])
+        given = OmegaConf.select(self.config, "walltime")
+        if self.prediction.walltime and given is None:
+            self.walltime_request = self.prediction.walltime
+            self.site = dataclasses.replace(self.site, walltime=self.prediction.walltime)
+        elif self.prediction.walltime:
+            self.prediction.note = (f"predicted run times from {self.prediction.source}; walltime {given} as given "
+                                    f"(the prediction would ask for {self.prediction.walltime})")
+        if self.prediction.note and not OmegaConf.select(self.config, "dry_run"):
+            self.console.print(f"[dim]{self.prediction.note}[/dim]")
 
     def before_submit(self, jobs: Sequence[SweepJob]) -> list[bool]:
         specs = self._validate(jobs)
@@ -388,6 +410,11 @@ class SweepRecorder:
             prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
             out.print(f"#{job.idx} {self.labels[job.idx]}\n    launch: {prefix} "
                       f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}")
+            predicted = self.prediction.seconds.get(job.idx) if self.prediction else None
+            if predicted is not None:
+                out.print(f"    predicted: {predicted / 60:.1f} min")
+        if self.prediction and self.prediction.note:
+            out.print(f"\n{self.prediction.note}")
         if site.provider == "local":
             return
         out.print("\n[bold]allocation[/bold]   batch jobs   node-hours charged at most")

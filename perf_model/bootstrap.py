@@ -69,8 +69,11 @@ def bootstrap_params(data: StudyData, terms: set[str], replicates: int = DEFAULT
         params = {}
         for name in terms & FITTERS.keys():
             try:
-                params[name] = FITTERS[name](drawn).params
+                term = FITTERS[name](drawn)
             except FitError:
                 continue
+            params[name] = term.params
+            if term.distribution:
+                params[f"{name}_distribution"] = list(term.distribution)
         out.append(params)
     return out

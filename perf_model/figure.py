@@ -8,7 +8,8 @@ import pandas as pd
 
 
 def draw_prediction(predicted: pd.DataFrame, measured: pd.DataFrame, path: Path, title: str,
-                    band: float, emulated: bool) -> Path:
+                    band: float, emulated: bool, others: pd.DataFrame | None = None,
+                    others_label: str = "other runs") -> Path:
     """Throughput against ranks, both axes log 2: measured runs as points, the prediction as a
     line inside its shaded band."""
     import matplotlib
@@ -21,7 +22,9 @@ def draw_prediction(predicted: pd.DataFrame, measured: pd.DataFrame, path: Path,
                     color="C0", label=f"{band:.0%} band (bootstrap of the fit)")
     ax.plot(predicted["ranks"], predicted["throughput"], "-", color="C0", marker=".", label="predicted")
     if len(measured):
-        ax.plot(measured["ranks"], measured["throughput"], "o", color="C1", mfc="none", label="measured runs")
+        ax.plot(measured["ranks"], measured["throughput"], "o", color="C1", mfc="none", label="measured runs (fitted)")
+    if others is not None and len(others):
+        ax.plot(others["ranks"], others["throughput"], "s", color="C3", mfc="none", label=others_label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("ranks")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from .terms import allreduce_seconds, compute_seconds, expected_max_normal
+from .terms import allreduce_seconds, compute_seconds, expected_max_normal, injected_wait_sample, sample_quantiles
 
 MAX_ALPHA = 1.5
 
@@ -47,9 +47,13 @@ class Term:
     params: dict[str, float]
     quality: Quality
     notes: tuple[str, ...] = field(default_factory=tuple)
+    distribution: tuple[float, ...] = ()   # straggler: quantiles of a rank's compute around its mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "params": self.params, "quality": asdict(self.quality), "notes": list(self.notes)}
+        out = {"name": self.name, "params": self.params, "quality": asdict(self.quality), "notes": list(self.notes)}
+        if self.distribution:
+            out["distribution"] = list(self.distribution)
+        return out
 
 
 def _distinct(frame: pd.DataFrame, column: str) -> list:
@@ -145,15 +149,17 @@ def fit_allreduce(samples: pd.DataFrame) -> Term:
 
 def fit_straggler(compute: pd.DataFrame) -> Term:
     """sigma, the spread of one rank's compute from step to step, from ``run_id``, ``step``,
-    ``rank``, ``seconds``: the pooled standard deviation around each run's mean. Its quality
-    compares, per multi-rank run, the measured mean of max - mean over ranks per step with
-    sigma e(P)."""
+    ``rank``, ``seconds``: the pooled standard deviation around each run's mean; and the
+    distribution itself (``sample_quantiles``). Its quality compares, per multi-rank run, the
+    measured mean of max - mean over ranks per step with the predicted wait, the larger of
+    sigma e(P) and the sample's expected maximum (``injected_wait_sample``)."""
     per_run = compute.groupby("run_id")["seconds"]
     centred = compute["seconds"] - per_run.transform("mean")
     dof = len(compute) - compute["run_id"].nunique()
     if dof < 2:
         raise FitError("need >= 2 step records per run to fit the straggler term")
     sigma = float(np.sqrt(np.sum(centred ** 2) / dof))
+    quantiles = sample_quantiles(centred)
     measured, predicted = [], []
     for _, run in compute.groupby("run_id"):
         ranks = run["rank"].nunique()
@@ -161,9 +167,10 @@ def fit_straggler(compute: pd.DataFrame) -> Term:
             continue
         by_step = run.groupby("step")["seconds"]
         measured.append(float((by_step.max() - by_step.mean()).mean()))
-        predicted.append(sigma * expected_max_normal(ranks))
+        predicted.append(max(sigma * expected_max_normal(ranks), injected_wait_sample(ranks, 0, 0.0, quantiles)))
     notes = () if measured else ("no multi-rank run: the penalty sigma e(P) is not checked against a measurement",)
-    return Term("straggler", {"sigma": sigma}, Quality.of(np.array(measured), np.array(predicted)), notes)
+    return Term("straggler", {"sigma": sigma}, Quality.of(np.array(measured), np.array(predicted)), notes,
+                tuple(quantiles))
 
 
 def fit_hidden(step_stats: pd.DataFrame) -> Term:

@@ -6,9 +6,12 @@ A step of P ranks (``perf_model.terms``):
 
 - C, the compute of one rank (the fitted ``compute`` term at the study's batch and threads);
 - W(P), the wait for other ranks: for synchronous algorithms (sync, ddp, horovod) the
-  slowest of P ranks (``injected_wait_sync``: straggler noise sigma, plus the injected
-  sleep when the study injects one); for eager-SGD the slowest rank over a segment of
-  ``sync_every`` steps (``injected_wait_eager``);
+  slowest of P ranks, plus the injected sleep when the study injects one: the larger of
+  the normal form (``injected_wait_sync``, noise sigma) and the measured distribution's
+  (``injected_wait_sample``); for eager-SGD the slowest rank over a segment of
+  ``sync_every`` steps (``injected_wait_eager``; over a segment the sum of steps is close
+  to normal), and for ``eager_majority`` also the wait for each round's initiator
+  (``majority_wait``);
 - A(P) = m 2(P - 1) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in all
   (ring), with lat and bw fitted on this machine or taken from a site's ``network:``;
 - h, the measured hidden share of this algorithm; U its measured update.
@@ -20,13 +23,14 @@ waits nor communicates. The band is the spread of T(P) over the fit's bootstrap 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .terms import compute_seconds, injected_wait_eager, injected_wait_sync
+from .terms import compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync
 
 SYNCHRONOUS = ("sync", "ddp", "horovod")
 EAGER = ("eager_solo", "eager_majority")
@@ -47,6 +51,14 @@ class Network:
 
     def per_rank(self, workers_per_node: int, nodes: int) -> tuple[float, float]:
         return self.latency, self.node_bandwidth / (workers_per_node if nodes > 1 else 1)
+
+
+def majority_wait(sigma: float) -> float:
+    """eager_majority: a round fires when its initiator (a rank drawn with a shared seed)
+    arrives, so a rank that got there first waits for it: E[(X_init - X_self)^+] for two
+    independent normal compute times of spread sigma, sigma E[max(0, sqrt(2) Z)] =
+    sigma / sqrt(pi). Solo's rounds fire on the first arrival and wait for no one."""
+    return sigma / math.sqrt(math.pi)
 
 
 def choose_algorithm(fit: dict[str, Any], algorithm: str | None) -> str:
@@ -76,8 +88,13 @@ def _step(params: dict[str, dict[str, float]], shape: dict[str, Any], algorithm:
     elif algorithm in EAGER:
         segment = shape["sync_every"] or shape["steps"] or 1
         wait = injected_wait_eager(ranks, k, d, sigma, segment)
+        if algorithm == "eager_majority":
+            wait += majority_wait(sigma)
     else:
         wait = injected_wait_sync(ranks, k, d, sigma)
+        sample = params.get("straggler_distribution")
+        if sample:   # a skewed step time: the measured distribution's slowest of P, if later
+            wait = max(wait, injected_wait_sample(ranks, k, d, sample))
     comm = 0.0
     if ranks > 1 and shape.get("gradient_bytes"):
         if network is not None:
@@ -99,6 +116,8 @@ def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_p
     wpn = int(workers_per_node or shape["workers_per_node"])
     shape["workers_per_node"] = wpn
     terms = {name: t["params"] for name, t in fit["terms"].items()}
+    if fit["terms"].get("straggler", {}).get("distribution"):
+        terms["straggler_distribution"] = fit["terms"]["straggler"]["distribution"]
     if "compute" not in terms:
         raise PredictError(f"model fit #{fit['id']}: no compute term ({fit['unfitted'].get('compute', '')})")
     if network is None and "allreduce" not in terms and any(n * wpn > 1 for n in nodes) and shape.get("gradient_bytes"):

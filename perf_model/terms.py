@@ -126,3 +126,33 @@ def injected_wait_eager(p: int, k: int, delay: float, sigma: float, segment: int
         cdf_one = lambda x: (pm[None, :] * ndtr((x[:, None] - delay * m[None, :]) / s)).sum(axis=1)  # noqa: E731
         lo, hi = -10 * s, delay * n + 10 * s
     return _expected_from_cdf(lambda x: cdf_one(x) ** p, lo, hi, points=4001) / n
+
+
+STRAGGLER_QUANTILES = 201
+
+
+def sample_quantiles(centred, points: int = STRAGGLER_QUANTILES) -> list[float]:
+    """The distribution of a rank's compute around its mean, kept as ``points`` quantiles:
+    what the fit stores, for ``injected_wait_sample``."""
+    return [float(q) for q in np.quantile(np.asarray(centred, dtype=float), np.linspace(0.0, 1.0, points))]
+
+
+def injected_wait_sample(p: int, k: int, delay: float, quantiles) -> float:
+    """W(P) for a synchronous step from the *measured* distribution of a rank's compute
+    around its mean (``quantiles``, equally spaced in probability), not a normal one:
+
+        W = E[max(delay + max_k X, max_{P-k} X)],  F_max(x) = F(x - delay)**k * F(x)**(P - k),
+
+    F the quantiles' piecewise-linear CDF. A right-skewed step time (a few slow steps, as
+    a loaded machine gives) makes the slowest of P ranks later than sigma e(P) says; the
+    sample cannot know a tail beyond its largest quantile, which is why ``predict`` takes the
+    larger of this and the normal form (which grows without bound, as sqrt(2 ln P))."""
+    q = np.asarray(quantiles, dtype=float)
+    k = min(max(int(k), 0), int(p))
+    probs = np.linspace(0.0, 1.0, len(q))
+
+    def cdf_one(x):
+        return np.interp(x, q, probs, left=0.0, right=1.0)
+
+    cdf = lambda x: cdf_one(x - delay) ** k * cdf_one(x) ** (p - k)  # noqa: E731
+    return _expected_from_cdf(cdf, float(q[0]), float(q[-1]) + delay)

@@ -98,55 +98,20 @@ def test_too_little_data_fails_clearly():
 def test_model_fit_reads_a_stored_study_and_stores_the_fit(tmp_path):
     """A synthetic study in SQLite (rows made by the model with known parameters, through the
     ORM): ``scalestudy model fit`` recovers them through the query API and stores the fit."""
-    import dataclasses
-
-    from sqlalchemy import update
-    from sqlalchemy.orm import Session
-
     from results_db import connect
     from results_db.model_fits import latest_model_fit
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Event, Run, Step
-    from workloads.spec import RunSpec
 
     from conftest import scalestudy
+    from perf_synthetic import write_study
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     engine = connect(url)
-    configs = [(b, p) for b in (8, 16, 32) for p in (2, 4)]
-    plans = [PlannedRun(f"k{i}", dataclasses.replace(RunSpec(study="syn"), batch_size=b, workers_per_node=p,
-                                                      threads_per_node=p).to_dict(), "/nowhere")
-             for i, (b, p) in enumerate(configs)]
-    decisions = register_runs(engine, "syn", plans)
-    rng = np.random.default_rng(1)
-    with Session(engine) as s, s.begin():
-        for d, (b, p) in zip(decisions, configs):
-            s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=1.0))
-            mean = float(compute_seconds(b, 1, 0.004, 0.002, 0.0))
-            for k in range(100):
-                t = float(k)
-                for r in range(p):
-                    c = mean + 0.001 * rng.standard_normal()
-                    s.add(Step(run_id=d.run_id, rank=r, step=k, epoch=0, samples=b, t_start=t, data=0.0,
-                               forward=c / 3, backward=2 * c / 3, comm_wait=0.0, update=0.0))
-                for r in range(p):   # backward ends at t on every rank: the collectives below start after it
-                    s.add(Event(run_id=d.run_id, rank=r, step=k, tensor="-", phase="backward", t0=t - 0.01, t1=t,
-                                bytes=0))
-                    # one collective while backward ran: its end is the engine cycle that noticed it
-                    # (collective_times leaves it out; kept, it would wreck the fit: 5 ms for 4 KB)
-                    s.add(Event(run_id=d.run_id, rank=r, step=k, tensor="fused-early", phase="allreduce",
-                                t0=t - 0.006, t1=t - 0.001, bytes=4000))
-                for j, n in enumerate((4e3, 4e5, 4e7)):
-                    seconds = float(allreduce_seconds(n, p, 1e-5, 2e9))
-                    for r in range(p):   # ranks start up to 1 ms apart; the data moves after the last
-                        start = t + 0.001 * r / p
-                        s.add(Event(run_id=d.run_id, rank=r, step=k, tensor=f"fused-{j}", phase="allreduce",
-                                    t0=start, t1=t + 0.001 * (p - 1) / p + seconds, bytes=int(n)))
-    out = scalestudy("model", "fit", "--study", "syn", "--db", url, cwd=tmp_path)
+    run_ids = write_study(engine)
+    out = scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "5", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "participation not fitted: need eager-SGD runs" in " ".join(out.stdout.split())
     fit = latest_model_fit(engine, "syn")
-    assert sorted(fit["run_ids"]) == [d.run_id for d in decisions] and fit["warmup"] == 5
+    assert sorted(fit["run_ids"]) == sorted(run_ids) and fit["warmup"] == 5
     terms = fit["terms"]
     assert terms["compute"]["params"]["c0"] == pytest.approx(0.004, rel=0.05)
     assert terms["compute"]["params"]["c1"] == pytest.approx(0.002, rel=0.05)
@@ -154,6 +119,10 @@ def test_model_fit_reads_a_stored_study_and_stores_the_fit(tmp_path):
     assert terms["allreduce"]["params"]["bandwidth"] == pytest.approx(2e9, rel=0.05)
     assert terms["straggler"]["params"]["sigma"] == pytest.approx(0.001, rel=0.05)
     assert set(fit["unfitted"]) == {"participation"}
+    shape = fit["workloads"]["sync"]   # what predictions need beside the terms, measured
+    assert shape["gradient_bytes"] == pytest.approx(4000 + 4e3 + 4e5 + 4e7)
+    assert shape["ranks"] == [2, 4] and shape["steps"] == 100 and shape["overhead_seconds"] == pytest.approx(10.0)
+    assert len(fit["bootstrap"]) == 5 and all("compute" in r and "allreduce" in r for r in fit["bootstrap"])
     # a study with nothing finished to fit says so, in one line
     one = scalestudy("model", "fit", "--study", "nothing", "--db", url, cwd=tmp_path)
     assert one.returncode == 2 and "study 'nothing': no finished runs" in one.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.errors import ConfigError
@@ -159,3 +161,24 @@ def test_allocation_overrides_are_checked():
             with_overrides(slurm, **kwargs)
     with pytest.raises(ConfigError, match="no batch jobs to pack"):
         with_overrides(load_site("local"), allocation="packed")
+
+
+def test_a_site_network_block_is_checked(tmp_path):
+    """``network:`` (model predict's interconnect) needs numbers > 0 and a source; a bad one is
+    one clear error naming the key."""
+    import orchestrator.sites as sites
+    from orchestrator.errors import ConfigError
+
+    base = "provider: local\nmpi_launcher: mpiexec\ncores_per_node: 2\nmax_nodes: 2\n"
+    (tmp_path / "good.yaml").write_text(base + "network: {latency_us: 1.5, node_bandwidth_gbs: 12, source: osu}\n")
+    net = sites.load_site(str(tmp_path / "good.yaml")).network
+    assert (net.latency_seconds, net.node_bandwidth_bytes, net.source) == (1.5e-6, 12e9, "osu")
+    for body, said in (("{latency_us: -1, node_bandwidth_gbs: 1, source: x}", "site.network.latency_us=-1"),
+                       ("{latency_us: 1, node_bandwidth_gbs: 1}", "site.network.source=None"),
+                       ("{latency_us: 1, node_bandwidth_gbs: 1, source: x, jitter: 2}", "site.network.jitter=2"),
+                       ("fast", "site.network='fast'")):
+        (tmp_path / "bad.yaml").write_text(base + f"network: {body}\n")
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            sites.load_site(str(tmp_path / "bad.yaml"))
+    for name in ("theta", "polaris", "perlmutter", "local"):   # the shipped ones carry their sources
+        assert sites.load_site(name).network.source

@@ -1,0 +1,236 @@
+"""Predictions: the wait terms against sampling, a prediction against its equation by hand,
+the band, the CLI (predict, plan, a sweep's dry run) on a study made by the model itself,
+and clear errors."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from perf_model.predict import Network, PredictError, choose_algorithm, predict
+from perf_model.terms import expected_max_normal, injected_wait_eager, injected_wait_sync
+
+RNG = np.random.default_rng(11)
+
+
+def test_synchronous_wait_with_injection_against_sampling():
+    p, k, d, sigma = 8, 1, 0.1, 0.02
+    draws = sigma * RNG.standard_normal((200_000, p))
+    draws[:, :k] += d          # exactly k of P ranks sleep (which ones does not matter to the max)
+    assert injected_wait_sync(p, k, d, sigma) == pytest.approx(draws.max(axis=1).mean(), rel=0.01)
+    assert injected_wait_sync(p, 0, d, sigma) == pytest.approx(sigma * expected_max_normal(p), rel=1e-6)
+    assert injected_wait_sync(p, 1, d, 0.0) == d and injected_wait_sync(p, 0, d, 0.0) == 0.0
+
+
+def test_eager_wait_over_a_segment_against_sampling():
+    """Per step, the slowest rank's own work over a segment of K steps, each rank sleeping in
+    a Binomial(K, k/P) number of them (independent across ranks, as the docstring says)."""
+    p, k, d, sigma, segment = 8, 1, 0.1, 0.02, 10
+    sleeps = RNG.binomial(segment, k / p, size=(200_000, p))
+    noise = sigma * math.sqrt(segment) * RNG.standard_normal((200_000, p))
+    sampled = (d * sleeps + noise).max(axis=1).mean() / segment
+    assert injected_wait_eager(p, k, d, sigma, segment) == pytest.approx(sampled, rel=0.01)
+    # no noise: E[max of 2 Binomial(10, 1/2)] / 10 = (5 + E|X - Y| / 2) / 10, by enumeration
+    from scipy.stats import binom
+    pm = binom.pmf(np.arange(11), 10, 0.5)
+    exact = sum(pm[i] * pm[j] * max(i, j) for i in range(11) for j in range(11)) * d / 10
+    assert injected_wait_eager(2, 1, d, 0.0, 10) == pytest.approx(exact, rel=1e-3)
+    # eager waits at most what synchronous SGD waits each step
+    assert injected_wait_eager(p, k, d, sigma, segment) < injected_wait_sync(p, k, d, sigma)
+
+
+def _fit(**shape_overrides) -> dict:
+    shape = {"model": "m", "batch_size": 32, "threads_per_worker": 1, "workers_per_node": 4, "ranks": [2, 4],
+             "gradient_bytes": 4e6, "collectives_per_step": 2.0, "hidden": 0.25, "update_seconds": 0.002,
+             "sync_every": 10, "injected_ranks": 0, "injected_delay": 0.0, "steps": 100, "overhead_seconds": 10.0,
+             "notes": []}
+    shape.update(shape_overrides)
+    terms = {"compute": {"params": {"c0": 0.01, "c1": 0.002, "alpha": 0.0}, "notes": []},
+             "allreduce": {"params": {"latency": 1e-5, "bandwidth": 1e9}, "notes": []},
+             "straggler": {"params": {"sigma": 0.003}, "notes": []}}
+    boot = [{"compute": {"c0": 0.01 * f, "c1": 0.002 * f, "alpha": 0.0}} for f in np.linspace(0.95, 1.05, 21)]
+    return {"id": 1, "study": "s", "terms": terms, "unfitted": {}, "run_ids": [1], "warmup": 5,
+            "workloads": {shape.get("algorithm", "sync"): shape}, "bootstrap": boot}
+
+
+def test_prediction_follows_its_equation():
+    fit = _fit()
+    [row] = predict(fit, "sync", [4], 4).to_dict("records")     # 16 ranks
+    c = 0.01 + 32 * 0.002
+    comm = 2 * 2 * 15 * 1e-5 + 2 * 15 / 16 * 4e6 / 1e9
+    expected = c + 0.003 * expected_max_normal(16) + 0.75 * comm + 0.002
+    assert row["ranks"] == 16 and row["step_seconds"] == pytest.approx(expected, rel=1e-9)
+    assert row["throughput"] == pytest.approx(16 * 32 / expected)
+    assert row["efficiency"] == pytest.approx((c + 0.002) / expected)
+    # the band comes from the refits: compute +-5 % moves the step by about that much
+    assert row["step_low"] < row["step_seconds"] < row["step_high"]
+    assert row["step_high"] - row["step_low"] == pytest.approx(0.9 * 0.1 * c, rel=0.05)
+    # a site's network: per-node bandwidth shared by a node's 4 ranks once the ring leaves the node
+    net = Network(latency=2e-6, node_bandwidth=8e9, source="test")
+    [far] = predict(fit, "sync", [4], 4, net).to_dict("records")
+    comm_site = 2 * 2 * 15 * 2e-6 + 2 * 15 / 16 * 4e6 / 2e9
+    assert far["comm_seconds"] == pytest.approx(0.75 * comm_site)
+    # one rank: no wait, no communication
+    [one] = predict(fit, "sync", [1], 1).to_dict("records")
+    assert one["wait_seconds"] == 0 and one["comm_seconds"] == 0 and one["efficiency"] == 1.0
+
+
+def test_eager_prediction_under_injection_waits_less_than_sync():
+    sync = _fit(injected_ranks=1, injected_delay=0.05)
+    eager = _fit(algorithm="eager_solo", injected_ranks=1, injected_delay=0.05, collectives_per_step=1.0)
+    s = predict(sync, "sync", [2, 8], 4)
+    e = predict(eager, "eager_solo", [2, 8], 4)
+    assert (s["wait_seconds"] > 0.05).all()                        # every sync step waits for the sleeper
+    assert (e["wait_seconds"] < s["wait_seconds"]).all()
+    assert e["wait_seconds"].iloc[1] == pytest.approx(injected_wait_eager(32, 1, 0.05, 0.003, 10))
+
+
+def test_prediction_errors_name_what_is_missing():
+    fit = _fit()
+    with pytest.raises(PredictError, match="has no runs of it"):
+        choose_algorithm(fit, "horovod")
+    both = {**fit, "workloads": {**fit["workloads"], "async_ps": fit["workloads"]["sync"]}}
+    with pytest.raises(PredictError, match="choose one with --algorithm"):
+        choose_algorithm(both, None)
+    with pytest.raises(PredictError, match="not modelled"):
+        choose_algorithm(both, "async_ps")
+    with pytest.raises(PredictError, match="predates predictions"):
+        choose_algorithm({**fit, "workloads": None}, None)
+    no_allreduce = {**fit, "terms": {k: v for k, v in fit["terms"].items() if k != "allreduce"},
+                    "unfitted": {"allreduce": "need >= 2 rank counts to fit the allreduce term (have: none)"}}
+    with pytest.raises(PredictError, match="give --site SITE whose site YAML has a network: block"):
+        predict(no_allreduce, "sync", [2], 1)
+    assert predict(no_allreduce, "sync", [2], 1, Network(1e-6, 1e9, "t"))["comm_seconds"].iloc[0] > 0
+
+
+def test_walltime_request_and_queue_minimum():
+    import dataclasses
+
+    from orchestrator.planner import _queue_for, walltime_request
+    from orchestrator.queues import choose_queue
+    from orchestrator.sites import load_site
+
+    assert walltime_request(60) == "00:10:00"          # 60 s x 1.5 + 5 min, up to 5 min steps
+    assert walltime_request(3600) == "01:35:00"
+    theta = load_site("theta")
+    site, queue, why = _queue_for(theta, 128, "00:10:00", choose_queue)
+    assert (queue, site.walltime, why) == ("default", "00:30:00", "")   # raised to the queue's minimum
+    site, queue, why = _queue_for(theta, 16, "00:10:00", choose_queue)
+    assert queue == "" and why.startswith("no queue of site theta takes a 16-node job")
+    assert dataclasses.replace(theta).walltime == theta.walltime
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A model-made study, fitted through the CLI once for the tests below."""
+    from results_db import connect
+
+    from conftest import scalestudy
+    from perf_synthetic import write_study
+
+    tmp = tmp_path_factory.mktemp("fitted")
+    url = f"sqlite:///{tmp / 'p.db'}"
+    write_study(connect(url))
+    out = scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "20", cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    return tmp, url
+
+
+def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
+    import pandas as pd
+
+    from conftest import scalestudy
+    from results_db import connect
+    from results_db.model_fits import latest_model_fit
+
+    tmp, url = fitted
+    out = scalestudy("model", "predict", "--study", "syn", "--db", url, "--nodes", "1,2,...,16",
+                     "--workers-per-node", "4", "--site", "theta", "--out", str(tmp / "fig"), cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16] and [int(r[1]) for r in rows] == [4, 8, 16, 32, 64]
+    assert "network of site theta" in out.stdout
+    table = pd.read_csv(tmp / "fig" / "prediction-sync-theta.csv")
+    assert (tmp / "fig" / "prediction-sync-theta.png").stat().st_size > 10_000
+    # the CLI's numbers are predict()'s, on the stored fit and Theta's network
+    from orchestrator.planner import network_of
+    from orchestrator.sites import load_site
+
+    fit = latest_model_fit(connect(url), "syn")
+    again = predict(fit, "sync", [1, 2, 4, 8, 16], 4, network_of(load_site("theta")))
+    assert np.allclose(table["step_seconds"], again["step_seconds"])
+    assert (table["throughput_low"] <= table["throughput"]).all() and (table["throughput"] <= table["throughput_high"]).all()
+    # errors: one line, exit 2
+    for args, said in ((["--nodes", "0,2"], "expected counts >= 1"), (["--nodes", "a,b"], "expected counts like"),
+                       (["--site", "local_slurm"], "has no network: block"), (["--algorithm", "ddp"], "no runs of it"),
+                       (["--band", "2"], "expected a fraction")):
+        bad = scalestudy("model", "predict", "--study", "syn", "--db", url, *args, cwd=tmp)
+        assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    none = scalestudy("model", "predict", "--study", "other", "--db", url, cwd=tmp)
+    assert none.returncode == 2 and "has no model fit: run scalestudy model fit --study other" in none.stderr
+
+
+def test_plan_fits_the_budget_and_the_queues(fitted):
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    out = scalestudy("plan", "study=syn", "site=polaris", "workers_per_node=4", "--steps", "20000", "--repeats", "2",
+                     "--budget", "40",
+                     "--db", url, "--out", str(tmp / "plan.txt"), cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    sizes = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
+    chosen = [s for s in sizes if s[-1] == "run"]
+    assert chosen and [int(s[0]) for s in chosen] == [2 ** i for i in range(len(chosen))]   # from 1 node up
+    assert sum(float(s[5]) for s in chosen) <= 40                                          # at most the budget
+    assert any(s[-1] == "budget" for s in sizes)                                           # the next is over it
+    text = (tmp / "plan.txt").read_text()
+    assert "site=polaris" in text and "nodes=" in text and "repeat=0," in text and "walltime=" in text
+    # queues: Polaris' debug takes 1-2 nodes, prod 10 and more
+    queues = {int(s[0]): s[4] for s in chosen}
+    assert queues[1] == "debug" and all(q == "prod" for n, q in queues.items() if n >= 16)
+    poor = scalestudy("plan", "study=syn", "site=polaris", "--steps", "100000", "--budget", "0.01", "--db", url,
+                      "--out", str(tmp / "p2.txt"), cwd=tmp)
+    assert poor.returncode == 2 and "buys no run" in poor.stderr
+    for args, said in ((["study=syn", "--budget", "-1"], "expected node-hours > 0"),
+                       (["site=theta", "--budget", "1"], "study=S is required"),
+                       (["study=syn", "color=red", "--budget", "1"], "'color=red': expected"),
+                       (["study=syn", "site=nowhere", "--budget", "1"], "nowhere")):
+        bad = scalestudy("plan", *args, "--db", url, cwd=tmp)
+        assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    base = ["sweep", "--dry-run", "study_name=syn", "site=polaris", "account=abc", "algorithm=sync", "batch_size=16",
+            "workers_per_node=4", "threads_per_node=4", "nodes=16,32", "epochs=1", "steps_per_epoch=100000",
+            f"db_url={url}"]
+    out = scalestudy(*base, cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    predicted = [float(m) for m in re.findall(r"predicted: ([\d.]+) min", text)]
+    assert len(predicted) == 2 and predicted[0] > 0
+    [wall] = re.findall(r"walltime (\d\d:\d\d:\d\d) per batch job from the predicted run times", text)
+    assert re.search(rf"-l walltime={wall}", text)
+    # the user's walltime wins
+    mine = scalestudy(*base, "walltime=02:00:00", cwd=tmp)
+    assert mine.returncode == 0 and "-l walltime=02:00:00" in mine.stdout + mine.stderr
+    assert "per batch job from the predicted run times" not in mine.stdout + mine.stderr
+    assert f"walltime 02:00:00 as given (the prediction would ask for {wall})" in mine.stdout + mine.stderr
+
+
+def test_majority_waits_for_its_initiator():
+    """E[(X_init - X_self)^+] for two normal compute times, against sampling; the majority
+    prediction is solo's plus that."""
+    from perf_model.predict import majority_wait
+
+    sigma = 0.05
+    x = sigma * RNG.standard_normal((400_000, 2))
+    assert majority_wait(sigma) == pytest.approx(np.maximum(x[:, 0] - x[:, 1], 0).mean(), rel=0.01)
+    solo = predict(_fit(algorithm="eager_solo"), "eager_solo", [2], 4)
+    majority = predict(_fit(algorithm="eager_majority"), "eager_majority", [2], 4)
+    assert majority["wait_seconds"].iloc[0] - solo["wait_seconds"].iloc[0] == pytest.approx(majority_wait(0.003))
