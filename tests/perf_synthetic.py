@@ -18,8 +18,9 @@ STEPS = 100
 
 
 def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (16, 4), (32, 2), (32, 4)),
-                algorithm: str = "sync", seed: int = 1) -> list[int]:
-    """Runs of ``(batch, ranks)`` on one node each; returns their run ids."""
+                algorithm: str = "sync", seed: int = 1, overhead: float = 10.0) -> list[int]:
+    """Runs of ``(batch, ranks)`` on one node each (run folder ``/nowhere``), each with
+    ``overhead`` seconds of start-up beside its steps; returns their run ids."""
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
@@ -35,7 +36,7 @@ def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (1
     with Session(engine) as s, s.begin():
         for d, (b, p) in zip(decisions, configs):
             s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=1.0, steps=STEPS,
-                                                                   wall_seconds=30.0, train_seconds=20.0))
+                                                                   wall_seconds=20.0 + overhead, train_seconds=20.0))
             mean = float(compute_seconds(b, 1, C0, C1, 0.0))
             for k in range(STEPS):
                 t = float(k)

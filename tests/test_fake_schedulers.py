@@ -78,6 +78,16 @@ def _library(path: Path, env: dict) -> str:
 @needs_system_mpi
 @pytest.mark.parametrize("flavor, site", [("cobalt", "fake_cobalt.yaml"), ("pbs", "fake_pbs.yaml")])
 def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
+    """Also: the study has a model fit (a study made by the model, whose runs had 990 s of
+    start-up each), so the batch jobs ask for its predicted walltime, not the site's 10
+    minutes: (990 s + 2 steps of ~70 ms) x 1.5 + 5 min, rounded up to 5 min = 30 min."""
+    from perf_model.model import fit_study
+    from perf_synthetic import write_study
+
+    fitted = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    write_study(fitted, study="smoke", overhead=990.0)
+    fit_study(fitted, "smoke", replicates=0)
+    fitted.dispose()
     env = _stand_in(tmp_path, flavor)
     site_file = _site_file(tmp_path, site, env)
     proc = scalestudy("sweep", f"site={site_file}", "nodes=1,2", "workers_per_node=2", "epochs=1", "steps_per_epoch=2",
@@ -85,9 +95,10 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     assert proc.returncode == 0, proc.stderr[-4000:]
     engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
     with Session(engine) as s:
-        runs = s.scalars(select(Run).order_by(Run.nodes)).all()
+        runs = [r for r in s.scalars(select(Run).order_by(Run.nodes)).all() if r.run_dir != "/nowhere"]
     assert [(r.nodes, r.status) for r in runs] == [(1, "done"), (2, "done")]
     assert all(r.job_id for r in runs) and runs[0].job_id != runs[1].job_id  # one batch job per node count
+    assert "walltime 00:30:00 per batch job from the predicted run times" in proc.stderr
     # the ranks ran on the machine's MPI (Debian's MPICH), not the venv's mpich wheel
     system = _library(Path(env["FAKE_SCHED_SYSTEM_LIB"]) / "libmpi.so.12", env)
     wheel = _library(BIN.parent / "lib" / "libmpi.so.12", env)
@@ -99,7 +110,7 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     if flavor == "cobalt":
         for argv in qsubs:
             assert argv[:2] == ["--mode", "script"] and "-A" in argv and argv[argv.index("-A") + 1] == "testproj"
-            assert argv[argv.index("-q") + 1] == "debug-cache-quad" and argv[argv.index("-t") + 1] == "10"
+            assert argv[argv.index("-q") + 1] == "debug-cache-quad" and argv[argv.index("-t") + 1] == "30"
         assert sorted(int(a[a.index("-n") + 1]) for a in qsubs) == [1, 2]
         apruns = [c["argv"] for c in calls if c["tool"] == "aprun"]
         assert sorted(a[a.index("-n") + 1] for a in apruns) == ["2", "4"]
@@ -108,6 +119,8 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     else:
         for argv in qsubs:
             assert argv[argv.index("-q") + 1] == "debug" and argv[argv.index("-A") + 1] == "testproj"
+        scripts = [c for c in calls if c["tool"] == "qsub"]
+        assert all("#PBS -l walltime=00:30:00" in Path(c["argv"][-1]).read_text() for c in scripts)
         # the launcher that ran is PALS's (the stand-in's), though the venv's mpiexec came first on PATH
         mpiexecs = [c["argv"] for c in calls if c["tool"] == "mpiexec"]
         assert sorted(a[a.index("-n") + 1] for a in mpiexecs) == ["2", "4"]
