@@ -12,8 +12,9 @@
 Measured throughput: global batch / rank 0's mean step time after ``--warmup``
 (``perf_model.measured``), per run; the error is predicted / measured - 1 against the median
 over a size's runs. To say which term caused an error, the measured step is split like the
-prediction: compute (forward + backward) and update as measured, and the rest (waiting and
-exposed communication: the model's wait + comm).
+prediction: compute (forward + backward) and update as measured, and the rest less the data
+phase (waiting, exposed communication and rank 0's own injected sleep: the model's wait +
+comm; the model has no data term, and rank 0's data phase is printed beside it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def measured_parts(engine, run_ids, warmup: int) -> pd.DataFrame:
     steps = steps.assign(t=step_times(steps), compute=steps["forward"] + steps["backward"])
     g = steps.groupby("run_id")
     return pd.DataFrame({"step": g["t"].mean(), "compute": g["compute"].mean(), "update": g["update"].mean(),
-                         "rest": g["t"].mean() - g["compute"].mean() - g["update"].mean()})
+                         "data": g["data"].mean(),
+                         "rest": g["t"].mean() - g["compute"].mean() - g["update"].mean() - g["data"].mean()})
 
 
 def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=None, label: str = "") -> list[dict]:
@@ -58,14 +60,16 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
                          "error": pred["throughput"] / m - 1,
                          "compute": (pred["compute_seconds"], float(group["compute"].median())),
                          "rest": (pred["wait_seconds"] + pred["comm_seconds"], float(group["rest"].median())),
-                         "update": (pred["update_seconds"], float(group["update"].median()))})
+                         "update": (pred["update_seconds"], float(group["update"].median())),
+                         "data": float(group["data"].median())})
     print(f"\n{label}")
     print(f"{'set':15s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
-          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm | update")
+          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm | update; data")
     for r in rows:
         parts = " | ".join(f"{r[k][0] * 1e3:6.1f}/{r[k][1] * 1e3:6.1f}" for k in ("compute", "rest", "update"))
         print(f"{r['set']:15s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
-              f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}")
+              f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}; "
+              f"{r['data'] * 1e3:.1f}")
     return rows
 
 

@@ -200,10 +200,13 @@ def _predict(args) -> int:
         algorithm = choose_algorithm(fit, args.algorithm)
         site, network = _network(args.site)
         if args.ranks:
-            counts, wpn = parse_counts("--ranks", args.ranks), 1
+            counts, wpn = parse_counts("--ranks", args.ranks), 1   # one rank per node: P ranks on P nodes
+            if args.workers_per_node:
+                return _fail("--ranks means one rank per node; give --nodes N,... with --workers-per-node instead")
         else:
             counts = parse_counts("--nodes", args.nodes or "1,2,...,64")
             wpn = args.workers_per_node
+            _require_workers_per_node(fit, algorithm, wpn, "--workers-per-node W")
         if site is not None and max(counts) > site.max_nodes and not args.ranks:
             print(f"note: site {site.name} has {site.max_nodes} nodes; counts above it are beyond the machine")
         table = predict(fit, algorithm, counts, wpn, network, band)
@@ -252,6 +255,12 @@ def _predict(args) -> int:
                            others=others, others_label=f"runs of {args.also} (not fitted)")
     print(f"figure: {path} (table: {out / f'{stem}.csv'})")
     return 0
+
+
+def _require_workers_per_node(fit, algorithm: str, wpn: int | None, how: str) -> None:
+    seen = fit["workloads"][algorithm].get("workers_per_node_seen") or []
+    if wpn is None and len(seen) > 1:
+        raise ValueError(f"the study's {algorithm} runs had {', '.join(map(str, seen))} ranks per node: give {how}")
 
 
 def _emulated(engine, run_ids) -> bool:
@@ -325,16 +334,19 @@ def plan(argv: Sequence[str]) -> int:
     except PredictError as exc:
         return _fail(str(exc))
     shape = fit["workloads"][algorithm]
+    try:
+        _require_workers_per_node(fit, algorithm, wpn, "workers_per_node=W")
+    except ValueError as exc:
+        return _fail(str(exc))
     wpn = wpn or shape["workers_per_node"]
     steps = args.steps or shape["steps"]
     candidates = parse_counts("--nodes", args.nodes) if args.nodes else \
         [2 ** i for i in range(int(math.log2(site.max_nodes)) + 1)]
-    if site.network is None and "allreduce" not in fit["terms"]:
-        return _fail(f"site {site.name} has no network: block and fit #{fit['id']} no allreduce term "
-                     f"({fit['unfitted'].get('allreduce', '')}): add network: to the site YAML")
     try:
         result = choose_plan(fit, algorithm, site, args.budget, args.repeats, candidates, wpn, steps)
-    except (PredictError, ConfigError) as exc:
+    except PredictError as exc:
+        return _fail(f"{exc}" + ("" if site.network else f" (site {site.name} has no network: block)"))
+    except ConfigError as exc:
         return _fail(str(exc))
     where = f"network of site {site.name}" if site.network else "allreduce fitted on the study's machine"
     print(f"plan for study {study} on site {site.name}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank, "
@@ -357,10 +369,17 @@ def plan(argv: Sequence[str]) -> int:
     study_key = "study" if _study_config_exists(study) else "study_name"
     lines = []
     for queue, walltime, nodes in result.sweep_groups():
+        # the runs as priced: the steps, and what the fitted runs did
         overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
                      f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",
-                     f"threads_per_node={wpn * shape['threads_per_worker']}", f"nodes={','.join(map(str, nodes))}",
+                     f"threads_per_node={wpn * shape['threads_per_worker']}", "epochs=1", f"steps_per_epoch={steps}",
+                     f"sync_every={shape['sync_every']}", f"nodes={','.join(map(str, nodes))}",
                      f"repeat={','.join(map(str, range(result.repeats)))}"]
+        if shape.get("dataset"):
+            overrides.insert(4, f"dataset={shape['dataset']}")
+        if shape["injected_ranks"]:
+            overrides += ["imbalance.kind=injected", f"imbalance.ranks={shape['injected_ranks']}",
+                          f"imbalance.delay_ms={shape['injected_delay'] * 1e3:g}"]
         if site.provider != "local":
             overrides.append(f"walltime={walltime}")
             if queue and queue != site.queue:
@@ -368,6 +387,8 @@ def plan(argv: Sequence[str]) -> int:
         lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))
     out = Path(args.out or f"plan-{study}-{site.name}.txt")
     out.write_text("\n".join(lines) + "\n")
+    if _emulated(engine, fit["run_ids"]):
+        print("note: the fit's runs emulated their compute; the sweep below computes for real (compute=real)")
     print(f"sweep to run (written to {out}; add --dry-run to see the batch scripts first):")
     for line in lines:
         print(f"  {line}")

@@ -25,9 +25,13 @@ PAD_SECONDS = 300
 ROUND_SECONDS = 300
 
 
+MAX_REQUEST_SECONDS = 999 * 3600   # what HH:MM:SS with up to 3 hour digits holds
+
+
 def walltime_request(seconds: float) -> str:
     """HH:MM:SS for a job predicted to take ``seconds``: with the margin and pad, rounded up."""
     total = int(math.ceil((seconds * MARGIN + PAD_SECONDS) / ROUND_SECONDS) * ROUND_SECONDS)
+    total = min(total, MAX_REQUEST_SECONDS)
     return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
 
 
@@ -42,14 +46,14 @@ def predicted_run_seconds(fit: dict[str, Any], algorithm: str, nodes: int, worke
                           network=None, batch_size: int | None = None, threads: int | None = None) -> float | None:
     """A run's predicted seconds, or None where the fit cannot say (another algorithm, or a
     batch or thread count a one-batch compute term was not measured at)."""
+    from perf_model.fit import is_constant_compute
     from perf_model.predict import PredictError, predict
 
     shapes = fit.get("workloads") or {}
-    if algorithm not in shapes:
+    if algorithm not in shapes or "compute" not in fit["terms"]:
         return None
     shape = shapes[algorithm]
-    compute = fit["terms"].get("compute", {}).get("params", {})
-    if compute.get("c1", 0.0) == 0.0 and ((batch_size or shape["batch_size"]) != shape["batch_size"] or
+    if is_constant_compute(fit["terms"]["compute"]) and ((batch_size or shape["batch_size"]) != shape["batch_size"] or
                                           (threads or shape["threads_per_worker"]) != shape["threads_per_worker"]):
         return None
     if batch_size or threads:
@@ -98,16 +102,12 @@ class StudyPlan:
         return sum(s.expected_node_hours for s in self.chosen)
 
     def sweep_groups(self) -> list[tuple[str, str, list[int]]]:
-        """(queue, walltime, node counts): one sweep command per queue, each asking for the
-        longest walltime its sizes need (one sweep has one walltime)."""
-        groups: dict[str, list[SizePlan]] = {}
+        """(queue, walltime, node counts): one sweep command per queue and walltime (a sweep
+        asks one walltime of all its batch jobs, and each size was priced at its own)."""
+        groups: dict[tuple[str, str], list[int]] = {}
         for s in self.chosen:
-            groups.setdefault(s.queue, []).append(s)
-        out = []
-        for queue, sizes in groups.items():
-            longest = max(sizes, key=lambda s: _seconds(s.walltime))
-            out.append((queue, longest.walltime, [s.nodes for s in sizes]))
-        return out
+            groups.setdefault((s.queue, s.walltime), []).append(s.nodes)
+        return [(queue, walltime, nodes) for (queue, walltime), nodes in groups.items()]
 
 
 def _seconds(walltime: str) -> int:
@@ -197,8 +197,11 @@ class SweepPrediction:
     source: str = ""      # which fit
 
 
-def _spec_steps(spec, shape: dict[str, Any]) -> int:
-    return spec.epochs * spec.steps_per_epoch if spec.steps_per_epoch else int(shape.get("steps") or 0)
+def _spec_steps(spec) -> int | None:
+    """The steps a run will take, where the sweep says (``steps_per_epoch``); else None: a
+    full epoch's steps depend on the data set and the global batch, which the fit does not
+    know, and a guess here would set a walltime that kills the job."""
+    return spec.epochs * spec.steps_per_epoch if spec.steps_per_epoch else None
 
 
 def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, Any]]) -> SweepPrediction:
@@ -228,32 +231,40 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
         return out
     network = network_of(site)
     for idx, spec in indexed_specs:
-        shape = fit["workloads"].get(spec.algorithm)
-        out.seconds[idx] = None if shape is None else predicted_run_seconds(
-            fit, spec.algorithm, spec.nodes, spec.workers_per_node, _spec_steps(spec, shape), network,
-            spec.batch_size, spec.threads_per_worker)
+        steps = _spec_steps(spec)
+        out.seconds[idx] = None if spec.algorithm not in fit["workloads"] or steps is None else predicted_run_seconds(
+            fit, spec.algorithm, spec.nodes, spec.workers_per_node, steps, network, spec.batch_size,
+            spec.threads_per_worker)
     known = [s for s in out.seconds.values() if s is not None]
     source = out.source = f"model fit #{fit['id']} of study {study}"
     if len(known) < len(out.seconds):
         out.note = (f"predicted run times from {source}: {len(out.seconds) - len(known)} of {len(out.seconds)} runs "
-                    "have none (an algorithm, batch or thread count the fit did not measure)")
+                    "have none (no steps_per_epoch, or an algorithm, batch or thread count the fit did not measure); "
+                    "walltime stays the site's")
         return out
     if site.provider == "local" or site.allocation == "packed":
         out.note = f"predicted run times from {source}"
         return out
-    per_size: dict[int, float] = {}
+    per_size: dict[int, float] = {}   # an n-node batch job runs its n-node runs one after another
     for idx, spec in indexed_specs:
         per_size[spec.nodes] = per_size.get(spec.nodes, 0.0) + out.seconds[idx]
     from .queues import choose_queue
 
     # each job's request, raised where a queue takes nothing shorter (Theta's default: 30 min)
-    requests = [_queue_for(site, n, walltime_request(total / max(site.max_concurrent_runs, 1)), choose_queue)[0].walltime
-                for n, total in per_size.items()]
-    out.walltime = max(requests, key=_seconds)
+    requests = [_queue_for(site, n, walltime_request(total), choose_queue)[0].walltime for n, total in per_size.items()]
+    wanted = max(requests, key=_seconds)
     capped = ""
-    if site.max_walltime and _seconds(out.walltime) > _seconds(site.max_walltime):
-        out.walltime, capped = site.max_walltime, " (capped at the site's max_walltime: runs that outlast it get " \
-                                                  "another batch job)"
+    if site.max_walltime and _seconds(wanted) > _seconds(site.max_walltime):
+        wanted, capped = site.max_walltime, " (capped at the site's max_walltime: runs that outlast it get " \
+                                            "another batch job)"
+    refused = [n for n in per_size if _queue_for(site, n, wanted, choose_queue)[2] and
+               not _queue_for(site, n, site.walltime, choose_queue)[2]]
+    if refused:   # a prediction helps; it never makes a sweep the site's walltime would pass fail
+        out.note = (f"predicted run times from {source}; the walltime they ask for, {wanted}, fits no queue for the "
+                    f"{', '.join(map(str, sorted(refused)))}-node job(s): walltime stays the site's {site.walltime} "
+                    "(split the sweep by node count to ask each its own)")
+        return out
+    out.walltime = wanted
     out.note = (f"walltime {out.walltime} per batch job from the predicted run times ({source}; the longest job's "
                 f"runs x {MARGIN:g} + {PAD_SECONDS // 60} min, at least a queue's minimum){capped}; walltime=HH:MM:SS "
                 "overrides it")

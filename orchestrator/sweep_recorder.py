@@ -165,14 +165,14 @@ class SweepRecorder:
             if job_site != site_name:
                 raise ConfigError("site", job_site, f"one sweep runs on one site ({site_name}); sweep other sites in separate commands")
             spec = build_run_spec(job.config, site)
-            if spec.run_timeout is None:
-                spec = dataclasses.replace(spec, run_timeout=default_run_timeout(site))
             if spec.threads_per_node > site.max_threads_per_node and not site.oversubscribe:
                 raise ConfigError("threads_per_node", spec.threads_per_node,
                                   f"site {site.name} nodes have {site.max_threads_per_node} hardware threads")
             specs.append(spec)
         self._predict(jobs, specs)
-        site = self.site
+        site = self.site   # with the predicted walltime, if any: each run's default limit follows from it
+        specs = [dataclasses.replace(s, run_timeout=default_run_timeout(site)) if s.run_timeout is None else s
+                 for s in specs]
         from .allocation import batch_jobs, check_runs_fit
         from .queues import choose_queue
 

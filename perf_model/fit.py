@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from .terms import allreduce_seconds, compute_seconds, expected_max_normal, injected_wait_sample, sample_quantiles
+from .terms import allreduce_messages, allreduce_seconds, compute_seconds, expected_max_normal, injected_wait_sample, sample_quantiles
 
 MAX_ALPHA = 1.5
+ONE_BATCH = "one batch size"   # the note that marks a constant compute term
 
 
 class FitError(ValueError):
@@ -104,8 +105,14 @@ def fit_compute_constant(samples: pd.DataFrame) -> Term:
     batches = ", ".join(f"{b:g}" for b in _distinct(samples, "batch"))
     threads = ", ".join(f"{t:g}" for t in _distinct(samples, "threads"))
     return Term("compute", {"c0": c, "c1": 0.0, "alpha": 0.0}, Quality.of(y, np.full_like(y, c)),
-                (f"one batch size ({batches}): C measured there only (threads {threads}), not fitted as a "
+                (f"{ONE_BATCH} ({batches}): C measured there only (threads {threads}), not fitted as a "
                  "function of batch and threads; predictions hold at that batch",))
+
+
+def is_constant_compute(term: dict[str, Any]) -> bool:
+    """A stored compute term fitted at one batch size (``fit_compute_constant``): it holds there only."""
+    return bool(term.get("params", {}).get("c1", 0.0) == 0.0 and
+                any(note.startswith(ONE_BATCH) for note in term.get("notes", [])))
 
 
 def fit_compute_any(samples: pd.DataFrame) -> Term:
@@ -116,7 +123,7 @@ def fit_compute_any(samples: pd.DataFrame) -> Term:
 
 
 def fit_allreduce(samples: pd.DataFrame) -> Term:
-    """A(n, P) = 2(P-1) lat + 2(P-1)/P n / bw from ``bytes``, ``ranks``, ``seconds`` (one row
+    """A(n, P) = 2 ceil(log2 P) lat + 2(P-1)/P n / bw from ``bytes``, ``ranks``, ``seconds`` (one row
     per fused collective, timed from the last rank's start).
 
     Fitted on log residuals, log A(n, P) - log seconds, with a robust (soft L1) loss, lat
@@ -132,17 +139,18 @@ def fit_allreduce(samples: pd.DataFrame) -> Term:
     p = multi["ranks"].to_numpy(float)
     n = multi["bytes"].to_numpy(float)
     y = multi["seconds"].to_numpy(float)
-    x = np.column_stack([2 * (p - 1), 2 * (p - 1) / p * n])
+    x = np.column_stack([allreduce_messages(p), 2 * (p - 1) / p * n])
     (lat0, inv0), _ = nnls(x / y[:, None], np.ones_like(y))
     floor = 1e-15    # the logs need a start above zero; a term the data does not want ends near it
-    start = np.log([max(lat0, float(np.min(y)) / (4 * np.max(p)), floor), max(inv0, floor)])
+    # a latency start that explains a fraction of the fastest collective, where NNLS gave none
+    start = np.log([max(lat0, float(np.min(y)) / (4 * float(np.max(x[:, 0]))), floor), max(inv0, floor)])
     refined = least_squares(lambda th: np.log(x @ np.exp(th)) - np.log(y), x0=start, loss="soft_l1",
                             f_scale=0.5)
     lat, inverse_bw = (float(v) for v in np.exp(refined.x))
     notes = []
     if inverse_bw * float(np.max(n)) < 1e-3 * float(np.median(y)):
         notes.append("bandwidth unbounded by the data (the bytes explain none of the time)")
-    bandwidth = float(1.0 / inverse_bw)
+    bandwidth = float(1.0 / inverse_bw) if inverse_bw > 0 else float("inf")
     fitted = allreduce_seconds(n, p, lat, bandwidth)
     return Term("allreduce", {"latency": lat, "bandwidth": bandwidth}, Quality.of(y, fitted), tuple(notes))
 

@@ -12,13 +12,16 @@ A step of P ranks (``perf_model.terms``):
   ``sync_every`` steps (``injected_wait_eager``; over a segment the sum of steps is close
   to normal), and for ``eager_majority`` also the wait for each round's initiator
   (``majority_wait``);
-- A(P) = m 2(P - 1) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in all
-  (ring), with lat and bw fitted on this machine or taken from a site's ``network:``;
+- A(P) = m 2 ceil(log2 P) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in
+  all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
+  fitted on this machine or taken from a site's ``network:`` (``Network``);
 - h, the measured hidden share of this algorithm; U its measured update.
 
 Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
 waits nor communicates. The band is the spread of T(P) over the fit's bootstrap replicates
-(``perf_model.bootstrap``): the sampling error of the fit, not the model's form error.
+(``perf_model.bootstrap``), which refit compute, allreduce and straggler; the measured
+parts (h, U, m, N, the injection) are held at their values. It is the sampling error of
+the fit, not the model's form error.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .terms import compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync
+from .terms import allreduce_messages, compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync
 
 SYNCHRONOUS = ("sync", "ddp", "horovod")
 EAGER = ("eager_solo", "eager_majority")
@@ -43,8 +46,12 @@ class PredictError(ValueError):
 
 @dataclass(frozen=True)
 class Network:
-    """Per-message latency (s) and bandwidth per node (bytes/s): a node's ranks share its
-    injection bandwidth when the ring leaves the node."""
+    """A site's per-message latency (s) and injection bandwidth per node (bytes/s).
+
+    Across nodes a node's ranks share its bandwidth: with ranks placed node by node, the
+    reduce-scatter's first log2(nodes) halving steps pair every rank with one on another
+    node, and those steps carry most of the bytes (N/2 + N/4 + ...). On one node the site
+    file has no shared-memory numbers, and its network's stand in, undivided."""
     latency: float
     node_bandwidth: float
     source: str
@@ -57,7 +64,12 @@ def majority_wait(sigma: float) -> float:
     """eager_majority: a round fires when its initiator (a rank drawn with a shared seed)
     arrives, so a rank that got there first waits for it: E[(X_init - X_self)^+] for two
     independent normal compute times of spread sigma, sigma E[max(0, sqrt(2) Z)] =
-    sigma / sqrt(pi). Solo's rounds fire on the first arrival and wait for no one."""
+    sigma / sqrt(pi). Solo's rounds fire on the first arrival and wait for no one.
+
+    The injected sleep is not added here: when the sleeper initiates, the others wait for
+    it now instead of at the segment's synchronous round, where ``injected_wait_eager``
+    already counts the sleeper's lag; counting it twice over-predicted the wait of the
+    2-rank validation runs by ~80 ms."""
     return sigma / math.sqrt(math.pi)
 
 
@@ -69,7 +81,7 @@ def choose_algorithm(fit: dict[str, Any], algorithm: str | None) -> str:
     if algorithm is None:
         if len(shapes) > 1:
             raise PredictError(f"study {fit['study']!r} holds {', '.join(sorted(shapes))}: choose one with --algorithm")
-        return next(iter(shapes))
+        algorithm = next(iter(shapes))
     if algorithm not in shapes:
         raise PredictError(f"--algorithm {algorithm}: study {fit['study']!r} has no runs of it "
                            f"(it has {', '.join(sorted(shapes))})")
@@ -102,7 +114,7 @@ def _step(params: dict[str, dict[str, float]], shape: dict[str, Any], algorithm:
         else:
             lat, bw = params["allreduce"]["latency"], params["allreduce"]["bandwidth"]
         m, n = shape["collectives_per_step"], shape["gradient_bytes"]
-        comm = m * 2 * (ranks - 1) * lat + 2 * (ranks - 1) / ranks * n / bw
+        comm = m * float(allreduce_messages(ranks)) * lat + 2 * (ranks - 1) / ranks * n / bw
     exposed = (1 - shape["hidden"]) * comm
     update = shape["update_seconds"]
     return {"compute": c, "wait": wait, "comm": exposed, "update": update, "step": c + wait + exposed + update}
@@ -119,7 +131,8 @@ def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_p
     if fit["terms"].get("straggler", {}).get("distribution"):
         terms["straggler_distribution"] = fit["terms"]["straggler"]["distribution"]
     if "compute" not in terms:
-        raise PredictError(f"model fit #{fit['id']}: no compute term ({fit['unfitted'].get('compute', '')})")
+        why = fit["unfitted"].get("compute")
+        raise PredictError(f"model fit #{fit['id']}: no compute term" + (f" ({why})" if why else ""))
     if network is None and "allreduce" not in terms and any(n * wpn > 1 for n in nodes) and shape.get("gradient_bytes"):
         raise PredictError(f"model fit #{fit['id']} has no allreduce term ({fit['unfitted'].get('allreduce', '')}): "
                            "give --site SITE whose site YAML has a network: block")

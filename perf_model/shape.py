@@ -42,6 +42,11 @@ def gradient_bytes(data: StudyData) -> dict[str, float]:
     return {str(m): float(v.median()) for m, v in per_step.groupby(per_step.index.map(model))}
 
 
+def _overhead(runs: pd.DataFrame) -> float:
+    spent = (runs["wall_seconds"] - runs["train_seconds"]).clip(lower=0).dropna()
+    return float(spent.median()) if len(spent) else 0.0
+
+
 def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
     """``{algorithm: shape}`` for every algorithm of the study; a shape's ``notes`` say what
     was assumed for lack of a measurement."""
@@ -77,9 +82,11 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             notes.append(f"imbalance {kind!r} is not modelled: predicted as if none")
         shapes[str(algorithm)] = {
             "model": model,
+            "dataset": str(_mode(runs["dataset"])) if "dataset" in runs else "",
             "batch_size": int(_mode(runs["batch_size"])),
             "threads_per_worker": int(_mode(runs["threads_per_node"] // runs["workers_per_node"])),
             "workers_per_node": int(_mode(runs["workers_per_node"])),
+            "workers_per_node_seen": sorted(int(w) for w in runs["workers_per_node"].unique()),
             "ranks": sorted(int(p) for p in runs["world_size"].unique()),
             "gradient_bytes": nbytes,
             "collectives_per_step": per_step,
@@ -90,8 +97,7 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             "injected_delay": float(_mode(runs["imbalance_delay_ms"]) or 0.0) / 1e3 if kind == "injected" else 0.0,
             "steps": int(_mode(runs["steps"]) or 0),   # steps a run ran (rank 0)
             # start-up, evaluation and shut-down: what a run costs beside its steps
-            "overhead_seconds": float((runs["wall_seconds"] - runs["train_seconds"]).clip(lower=0).median())
-            if runs["wall_seconds"].notna().any() else 0.0,
+            "overhead_seconds": _overhead(runs),
             "notes": notes,
         }
     return shapes

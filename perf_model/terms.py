@@ -11,14 +11,17 @@ A synchronous data-parallel step on P ranks, each with batch b and t threads, la
   standard deviation sigma; a synchronous step waits for the slowest of P, whose expected
   excess over the mean is sigma times e(P), the expected maximum of P standard normal
   draws (e(1) = 0, e(2) = 1/sqrt(pi), e(64) ~ 2.4). The mechanism behind both seed papers.
-- A(n, P) = 2 (P - 1) * lat + 2 (P - 1) / P * n / bw: the allreduce of n bytes as a ring (or
-  reduce-scatter + allgather, as MPICH does for large messages): 2(P - 1) messages in
-  sequence, each rank sending and receiving 2(P - 1)/P of the data. lat and bw are the
-  per-message latency and the per-rank bandwidth.
+- A(n, P) = 2 ceil(log2 P) * lat + 2 (P - 1) / P * n / bw: the allreduce of n bytes as
+  MPICH runs it for commutative operations beyond a few KB (Rabenseifner's): a
+  reduce-scatter by recursive halving, then an allgather by recursive doubling, ceil(log2 P)
+  messages in sequence each, each rank sending and receiving 2(P - 1)/P of the data in all.
+  lat and bw are the per-message latency and the per-rank bandwidth. (A ring would pay
+  2(P - 1) latencies: at 4,096 ranks 8,190 against 24.)
 - h: the share of the allreduce hidden behind backprop (overlap), from the timeline.
 - U: the weight update.
 
-Throughput is P * b / T(P); efficiency T(1) / T(P) (weak scaling).
+Throughput is P * b / T(P); efficiency (C + U) / T(P), against a rank that neither waits
+nor communicates (``perf_model.predict``; without injected sleeps it is T(1) / T(P)).
 
 eager-SGD does not wait for the slowest rank. With Solo allreduce a round fires when the
 first rank arrives; a rank's expected wait is then the expected *minimum*, and the late
@@ -58,11 +61,17 @@ def straggler_seconds(ranks, sigma: float):
     return sigma * np.array([expected_max_normal(int(p)) for p in np.atleast_1d(ranks)]).reshape(np.shape(ranks))
 
 
+def allreduce_messages(ranks):
+    """2 ceil(log2 P): the messages in sequence of a reduce-scatter + allgather; 0 on one rank."""
+    p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    return 2 * np.ceil(np.log2(p))
+
+
 def allreduce_seconds(nbytes, ranks, latency: float, bandwidth: float):
-    """A(n, P) = 2 (P-1) lat + 2 (P-1)/P * n / bw; zero on one rank."""
+    """A(n, P) = 2 ceil(log2 P) lat + 2 (P-1)/P * n / bw; zero on one rank."""
     p = np.asarray(ranks, dtype=float)
     n = np.asarray(nbytes, dtype=float)
-    return np.where(p > 1, 2 * (p - 1) * latency + 2 * (p - 1) / np.maximum(p, 1) * n / bandwidth, 0.0)
+    return np.where(p > 1, allreduce_messages(p) * latency + 2 * (p - 1) / np.maximum(p, 1) * n / bandwidth, 0.0)
 
 
 def step_seconds(ranks, batch, threads, nbytes, *, c0: float, c1: float, alpha: float, sigma: float,
@@ -128,31 +137,41 @@ def injected_wait_eager(p: int, k: int, delay: float, sigma: float, segment: int
     return _expected_from_cdf(lambda x: cdf_one(x) ** p, lo, hi, points=4001) / n
 
 
-STRAGGLER_QUANTILES = 201
-
-
-def sample_quantiles(centred, points: int = STRAGGLER_QUANTILES) -> list[float]:
-    """The distribution of a rank's compute around its mean, kept as ``points`` quantiles:
-    what the fit stores, for ``injected_wait_sample``."""
-    return [float(q) for q in np.quantile(np.asarray(centred, dtype=float), np.linspace(0.0, 1.0, points))]
+def sample_quantiles(centred) -> list[list[float]]:
+    """The distribution of a rank's compute around its mean, as ``[level, quantile]`` pairs:
+    every 1 % up to 90 %, then ever closer to 1 (1 - 0.1 x 10**(-j/8)) down to 1 - 1/n, the
+    last level the n samples resolve. The slowest of P ranks lives in the top 1/P of the
+    distribution, so the tail gets the points; what is beyond the last level is put at it
+    (the sample cannot say more), and ``predict`` takes the normal form where that is later."""
+    x = np.asarray(centred, dtype=float)
+    n = len(x)
+    levels = list(np.linspace(0.0, 0.9, 91))
+    j = 0
+    while 1 - 0.1 * 10 ** (-(j + 1) / 8) <= 1 - 1 / n:
+        j += 1
+        levels.append(1 - 0.1 * 10 ** (-j / 8))
+    if n > 1 and levels[-1] < 1 - 1 / n:
+        levels.append(1 - 1 / n)
+    return [[float(lv), float(q)] for lv, q in zip(levels, np.quantile(x, levels))]
 
 
 def injected_wait_sample(p: int, k: int, delay: float, quantiles) -> float:
     """W(P) for a synchronous step from the *measured* distribution of a rank's compute
-    around its mean (``quantiles``, equally spaced in probability), not a normal one:
+    around its mean (``sample_quantiles``' pairs), not a normal one:
 
         W = E[max(delay + max_k X, max_{P-k} X)],  F_max(x) = F(x - delay)**k * F(x)**(P - k),
 
-    F the quantiles' piecewise-linear CDF. A right-skewed step time (a few slow steps, as
-    a loaded machine gives) makes the slowest of P ranks later than sigma e(P) says; the
-    sample cannot know a tail beyond its largest quantile, which is why ``predict`` takes the
-    larger of this and the normal form (which grows without bound, as sqrt(2 ln P))."""
-    q = np.asarray(quantiles, dtype=float)
+    F piecewise linear between the stored quantiles, 1 from the last one. A right-skewed
+    step time (a few slow steps, as a loaded machine gives) makes the slowest of P ranks
+    later than sigma e(P) says. The sample's tail ends at its last resolved level, so for P
+    near the number of samples and beyond this falls short of the truth; ``predict`` takes
+    the larger of this and the normal form (which grows as sqrt(2 ln P))."""
+    pairs = np.asarray(quantiles, dtype=float)
+    levels, q = pairs[:, 0], pairs[:, 1]
     k = min(max(int(k), 0), int(p))
-    probs = np.linspace(0.0, 1.0, len(q))
 
     def cdf_one(x):
-        return np.interp(x, q, probs, left=0.0, right=1.0)
+        return np.interp(x, q, levels, left=0.0, right=1.0)
 
     cdf = lambda x: cdf_one(x - delay) ** k * cdf_one(x) ** (p - k)  # noqa: E731
     return _expected_from_cdf(cdf, float(q[0]), float(q[-1]) + delay)

@@ -23,13 +23,15 @@ def test_expected_maximum_of_normals_against_closed_forms_and_sampling():
     assert expected_max_normal(64) == pytest.approx(draws, rel=0.01)
 
 
-def test_allreduce_term_counts_a_ring():
-    # 4 ranks: 6 messages in sequence, each rank moving 6/4 of the data
-    assert float(allreduce_seconds(1e6, 4, 1e-5, 1e9)) == pytest.approx(6e-5 + 1.5e-3)
+def test_allreduce_term_counts_mpich_steps():
+    # 4 ranks: reduce-scatter + allgather, 2 + 2 messages in sequence, each rank moving 6/4 of the data
+    assert float(allreduce_seconds(1e6, 4, 1e-5, 1e9)) == pytest.approx(4e-5 + 1.5e-3)
+    # 5 ranks: ceil(log2 5) = 3 steps each way
+    assert float(allreduce_seconds(0, 5, 1e-5, 1e9)) == pytest.approx(6e-5)
     assert float(allreduce_seconds(1e6, 1, 1e-5, 1e9)) == 0.0
     t = step_seconds(4, 32, 2, 1e6, c0=0.01, c1=0.002, alpha=1.0, sigma=0.003, latency=1e-5, bandwidth=1e9,
                      hidden=0.5, update=0.001)
-    assert float(t) == pytest.approx(0.01 + 0.032 + 0.003 * expected_max_normal(4) + 0.5 * (6e-5 + 1.5e-3) + 0.001)
+    assert float(t) == pytest.approx(0.01 + 0.032 + 0.003 * expected_max_normal(4) + 0.5 * (4e-5 + 1.5e-3) + 0.001)
 
 
 def _noisy(x, rel=0.02):

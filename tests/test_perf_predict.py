@@ -25,6 +25,27 @@ def test_synchronous_wait_with_injection_against_sampling():
     assert injected_wait_sync(p, 1, d, 0.0) == d and injected_wait_sync(p, 0, d, 0.0) == 0.0
 
 
+def test_wait_from_a_measured_distribution_against_sampling():
+    """A skewed (lognormal) compute time: the sample's expected slowest of P, with and without
+    an injected sleeper, against drawing P ranks from the same distribution; on normal data it
+    is e(P) up to P = 1024 (its tail quantiles are dense enough)."""
+    from perf_model.terms import injected_wait_sample, sample_quantiles
+
+    mean = math.exp(0.125)
+    quantiles = sample_quantiles(RNG.lognormal(0, 0.5, 100_000) - mean)
+    draws = RNG.lognormal(0, 0.5, (40_000, 64)) - mean
+    assert injected_wait_sample(64, 0, 0.0, quantiles) == pytest.approx(draws.max(axis=1).mean(), rel=0.02)
+    draws = RNG.lognormal(0, 0.5, (40_000, 8)) - mean
+    draws[:, 0] += 1.0
+    assert injected_wait_sample(8, 1, 1.0, quantiles) == pytest.approx(draws.max(axis=1).mean(), rel=0.02)
+    # skewed right: later than the normal form of the same spread
+    assert injected_wait_sample(64, 0, 0.0, quantiles) > 0.5 * math.sqrt(math.exp(0.25) - 1) * math.exp(0.125) \
+        * expected_max_normal(64) * 1.05
+    normal = sample_quantiles(RNG.standard_normal(100_000))
+    for p in (2, 32, 1024):
+        assert injected_wait_sample(p, 0, 0.0, normal) == pytest.approx(expected_max_normal(p), rel=0.03)
+
+
 def test_eager_wait_over_a_segment_against_sampling():
     """Per step, the slowest rank's own work over a segment of K steps, each rank sleeping in
     a Binomial(K, k/P) number of them (independent across ranks, as the docstring says)."""
@@ -60,7 +81,7 @@ def test_prediction_follows_its_equation():
     fit = _fit()
     [row] = predict(fit, "sync", [4], 4).to_dict("records")     # 16 ranks
     c = 0.01 + 32 * 0.002
-    comm = 2 * 2 * 15 * 1e-5 + 2 * 15 / 16 * 4e6 / 1e9
+    comm = 2 * 2 * 4 * 1e-5 + 2 * 15 / 16 * 4e6 / 1e9      # 2 collectives, 2 log2(16) messages each
     expected = c + 0.003 * expected_max_normal(16) + 0.75 * comm + 0.002
     assert row["ranks"] == 16 and row["step_seconds"] == pytest.approx(expected, rel=1e-9)
     assert row["throughput"] == pytest.approx(16 * 32 / expected)
@@ -71,8 +92,11 @@ def test_prediction_follows_its_equation():
     # a site's network: per-node bandwidth shared by a node's 4 ranks once the ring leaves the node
     net = Network(latency=2e-6, node_bandwidth=8e9, source="test")
     [far] = predict(fit, "sync", [4], 4, net).to_dict("records")
-    comm_site = 2 * 2 * 15 * 2e-6 + 2 * 15 / 16 * 4e6 / 2e9
+    comm_site = 2 * 2 * 4 * 2e-6 + 2 * 15 / 16 * 4e6 / 2e9
     assert far["comm_seconds"] == pytest.approx(0.75 * comm_site)
+    # one node of 4 ranks with a site's network: its numbers stand in for shared memory, undivided
+    [near] = predict(fit, "sync", [1], 4, net).to_dict("records")
+    assert near["comm_seconds"] == pytest.approx(0.75 * (2 * 2 * 2 * 2e-6 + 2 * 3 / 4 * 4e6 / 8e9))
     # one rank: no wait, no communication
     [one] = predict(fit, "sync", [1], 1).to_dict("records")
     assert one["wait_seconds"] == 0 and one["comm_seconds"] == 0 and one["efficiency"] == 1.0
@@ -97,6 +121,9 @@ def test_prediction_errors_name_what_is_missing():
         choose_algorithm(both, None)
     with pytest.raises(PredictError, match="not modelled"):
         choose_algorithm(both, "async_ps")
+    only_ps = {**fit, "workloads": {"async_ps": fit["workloads"]["sync"]}}
+    with pytest.raises(PredictError, match="not modelled"):   # the study's only algorithm, not asked for
+        choose_algorithm(only_ps, None)
     with pytest.raises(PredictError, match="predates predictions"):
         choose_algorithm({**fit, "workloads": None}, None)
     no_allreduce = {**fit, "terms": {k: v for k, v in fit["terms"].items() if k != "allreduce"},
@@ -120,7 +147,8 @@ def test_walltime_request_and_queue_minimum():
     assert (queue, site.walltime, why) == ("default", "00:30:00", "")   # raised to the queue's minimum
     site, queue, why = _queue_for(theta, 16, "00:10:00", choose_queue)
     assert queue == "" and why.startswith("no queue of site theta takes a 16-node job")
-    assert dataclasses.replace(theta).walltime == theta.walltime
+    assert walltime_request(1e9) == "999:00:00"      # what a walltime field holds, not an endless one
+    assert dataclasses.replace(theta, walltime=walltime_request(1e9)).walltime == "999:00:00"
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +202,8 @@ def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
 
 
 def test_plan_fits_the_budget_and_the_queues(fitted):
+    import dataclasses
+
     from conftest import scalestudy
 
     tmp, url = fitted
@@ -188,12 +218,30 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     assert any(s[-1] == "budget" for s in sizes)                                           # the next is over it
     text = (tmp / "plan.txt").read_text()
     assert "site=polaris" in text and "nodes=" in text and "repeat=0," in text and "walltime=" in text
+    assert "epochs=1 steps_per_epoch=20000" in text and "dataset=" in text
+    # each written sweep asks for what its sizes were priced at: charged at most, within the budget
+    from orchestrator.queues import charged_node_hours, queue_limits
+    from orchestrator.sites import load_site, walltime_seconds
+
+    polaris, total = load_site("polaris"), 0.0
+    priced = {int(s[0]): s[3] for s in chosen}
+    for line in text.splitlines():
+        words = dict(w.split("=", 1) for w in line.split()[2:])
+        nodes = [int(n) for n in words["nodes"].split(",")]
+        assert all(priced[n] == words["walltime"] for n in nodes)
+        queue = words.get("queue", polaris.queue)
+        for n in nodes:
+            site = dataclasses.replace(polaris, walltime=words["walltime"], partition=queue)
+            total += charged_node_hours(site, n)[1]
+    assert total <= 40 and queue_limits(polaris, "prod") is not None and walltime_seconds("00:10:00") == 600
     # queues: Polaris' debug takes 1-2 nodes, prod 10 and more
     queues = {int(s[0]): s[4] for s in chosen}
     assert queues[1] == "debug" and all(q == "prod" for n, q in queues.items() if n >= 16)
-    poor = scalestudy("plan", "study=syn", "site=polaris", "--steps", "100000", "--budget", "0.01", "--db", url,
-                      "--out", str(tmp / "p2.txt"), cwd=tmp)
+    poor = scalestudy("plan", "study=syn", "site=polaris", "workers_per_node=4", "--steps", "100000", "--budget",
+                      "0.01", "--db", url, "--out", str(tmp / "p2.txt"), cwd=tmp)
     assert poor.returncode == 2 and "buys no run" in poor.stderr
+    vague = scalestudy("plan", "study=syn", "site=polaris", "--budget", "10", "--db", url, cwd=tmp)
+    assert vague.returncode == 2 and "had 2, 4 ranks per node: give workers_per_node=W" in vague.stderr
     for args, said in ((["study=syn", "--budget", "-1"], "expected node-hours > 0"),
                        (["site=theta", "--budget", "1"], "study=S is required"),
                        (["study=syn", "color=red", "--budget", "1"], "'color=red': expected"),
@@ -213,7 +261,15 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     predicted = [float(m) for m in re.findall(r"predicted: ([\d.]+) min", text)]
-    assert len(predicted) == 2 and predicted[0] > 0
+    from orchestrator.planner import network_of, predicted_run_seconds
+    from orchestrator.sites import load_site
+    from results_db import connect
+    from results_db.model_fits import latest_model_fit
+
+    fit = latest_model_fit(connect(url), "syn")
+    expected = [predicted_run_seconds(fit, "sync", n, 4, 100000, network_of(load_site("polaris")), 16, 1) / 60
+                for n in (16, 32)]
+    assert predicted == pytest.approx(expected, abs=0.05)
     [wall] = re.findall(r"walltime (\d\d:\d\d:\d\d) per batch job from the predicted run times", text)
     assert re.search(rf"-l walltime={wall}", text)
     # the user's walltime wins
@@ -221,6 +277,10 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
     assert mine.returncode == 0 and "-l walltime=02:00:00" in mine.stdout + mine.stderr
     assert "per batch job from the predicted run times" not in mine.stdout + mine.stderr
     assert f"walltime 02:00:00 as given (the prediction would ask for {wall})" in mine.stdout + mine.stderr
+    # without steps_per_epoch a run's steps depend on the data: no walltime from the prediction
+    loose = scalestudy(*[a for a in base if not a.startswith("steps_per_epoch")], cwd=tmp)
+    assert loose.returncode == 0 and "walltime stays the site's" in loose.stdout + loose.stderr
+    assert "-l walltime=01:00:00" in loose.stdout + loose.stderr
 
 
 def test_majority_waits_for_its_initiator():
