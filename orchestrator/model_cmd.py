@@ -368,7 +368,7 @@ def plan(argv: Sequence[str]) -> int:
           f"({args.budget - result.max_node_hours:.2f} of the budget left)")
     study_key = "study" if _study_config_exists(study) else "study_name"
     lines = []
-    for queue, walltime, nodes in result.sweep_groups():
+    for queue, walltime, nodes in result.sweep_groups(site):
         # the runs as priced: the steps, and what the fitted runs did
         overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
                      f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",

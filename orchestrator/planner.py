@@ -101,13 +101,22 @@ class StudyPlan:
     def expected_node_hours(self) -> float:
         return sum(s.expected_node_hours for s in self.chosen)
 
-    def sweep_groups(self) -> list[tuple[str, str, list[int]]]:
+    def sweep_groups(self, site=None) -> list[tuple[str, str, list[int]]]:
         """(queue, walltime, node counts): one sweep command per queue and walltime (a sweep
-        asks one walltime of all its batch jobs, and each size was priced at its own)."""
+        asks one walltime of all its batch jobs, and each size was priced at its own), split
+        where the queue holds fewer jobs per user than the sweep has node counts (a sweep
+        holds one batch job per node count at once; Polaris' debug-scaling holds one)."""
+        from .queues import queue_limits
+
         groups: dict[tuple[str, str], list[int]] = {}
         for s in self.chosen:
             groups.setdefault((s.queue, s.walltime), []).append(s.nodes)
-        return [(queue, walltime, nodes) for (queue, walltime), nodes in groups.items()]
+        out = []
+        for (queue, walltime), nodes in groups.items():
+            limits = queue_limits(site, queue) if site is not None and queue else None
+            step = limits.max_queued if limits is not None and limits.max_queued else len(nodes)
+            out += [(queue, walltime, nodes[i:i + step]) for i in range(0, len(nodes), step)]
+        return out
 
 
 def _seconds(walltime: str) -> int:

@@ -219,6 +219,9 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     text = (tmp / "plan.txt").read_text()
     assert "site=polaris" in text and "nodes=" in text and "repeat=0," in text and "walltime=" in text
     assert "epochs=1 steps_per_epoch=20000" in text and "dataset=" in text
+    # debug-scaling holds one job per user: its sizes go in sweeps of one node count each
+    scaling = [line for line in text.splitlines() if "queue=debug-scaling" in line]
+    assert len(scaling) == 2 and all(len(line.split("nodes=")[1].split()[0].split(",")) == 1 for line in scaling)
     # each written sweep asks for what its sizes were priced at: charged at most, within the budget
     from orchestrator.queues import charged_node_hours, queue_limits
     from orchestrator.sites import load_site, walltime_seconds
