@@ -601,7 +601,7 @@ def _model(argv: Sequence[str]) -> int:
 
 
 def _plan(argv: Sequence[str]) -> int:
-    from .model_cmd import plan
+    from .plan_cmd import plan
 
     return plan(argv)
 
