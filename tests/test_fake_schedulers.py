@@ -99,6 +99,8 @@ def test_sweep_through_scheduler_stand_in(tmp_path, flavor, site):
     assert [(r.nodes, r.status) for r in runs] == [(1, "done"), (2, "done")]
     assert all(r.job_id for r in runs) and runs[0].job_id != runs[1].job_id  # one batch job per node count
     assert "walltime 00:30:00 per batch job from the predicted run times" in proc.stderr
+    # each run's own limit follows the batch job's walltime: 30 min less 5 % (not the site's 10 min)
+    assert all(json.loads((Path(r.run_dir) / "spec.json").read_text())["run_timeout"] == 1710 for r in runs)
     # the ranks ran on the machine's MPI (Debian's MPICH), not the venv's mpich wheel
     system = _library(Path(env["FAKE_SCHED_SYSTEM_LIB"]) / "libmpi.so.12", env)
     wheel = _library(BIN.parent / "lib" / "libmpi.so.12", env)
