@@ -244,8 +244,11 @@ def _predict(args) -> int:
         others = others[others["algorithm"] == algorithm]
     out = Path(args.out or Path("figures") / args.study)
     stem = f"prediction-{algorithm}" + (f"-{site.name}" if site else "")
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / f"{stem}.csv", index=False)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / f"{stem}.csv", index=False)
+    except OSError as exc:
+        return _fail(f"--out {out}: {exc.strerror or exc}")
     emulated = _emulated(engine, fit["run_ids"])
     path = draw_prediction(table, measured, out / f"{stem}.png",
                            f"{args.study}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank"

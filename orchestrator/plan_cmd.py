@@ -10,6 +10,7 @@ from typing import Sequence
 
 from .cli import _db_args, _fail, _NoDatabase, _OlderSchema, _open_for_reading
 from .model_cmd import _emulated, _require_workers_per_node, parse_counts
+from .progress import _duration
 
 
 def plan(argv: Sequence[str]) -> int:
@@ -98,7 +99,8 @@ def plan(argv: Sequence[str]) -> int:
           f"{'expected':>9} {'samples/s':>10} {'eff':>6}  plan")
     for s in result.sizes:
         verdict = "run" if s.chosen else (f"refused: {s.refused}" if s.refused else "over budget")
-        print(f"{s.nodes:6d} {s.ranks:6d} {_duration(s.run_seconds):>9} {s.walltime:>9} {s.queue or '-':>18} "
+        run = _duration(s.run_seconds).replace(" ", "")
+        print(f"{s.nodes:6d} {s.ranks:6d} {run:>9} {s.walltime:>9} {s.queue or '-':>18} "
               f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f} {s.throughput:10.1f} {s.efficiency:6.1%}  {verdict}")
     if not result.chosen:
         cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
@@ -128,18 +130,16 @@ def plan(argv: Sequence[str]) -> int:
                 overrides.append(f"queue={queue}")
         lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))
     out = Path(args.out or f"plan-{study}-{site.name}.txt")
-    out.write_text("\n".join(lines) + "\n")
+    try:
+        out.write_text("\n".join(lines) + "\n")
+    except OSError as exc:
+        return _fail(f"--out {out}: {exc.strerror or exc}")
     if _emulated(engine, fit["run_ids"]):
         print("note: the fit's runs emulated their compute; the sweep below computes for real (compute=real)")
     print(f"sweep to run (written to {out}; add --dry-run to see the batch scripts first):")
     for line in lines:
         print(f"  {line}")
     return 0
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _study_config_exists(study: str) -> bool:

@@ -3,7 +3,7 @@
 Each replicate draws, within every run, its measured steps with replacement (the same steps
 for all of its ranks, so a step's slowest rank stays that step's) and its collectives with
 replacement, recomputes the per-run compute points from the drawn steps, and refits
-compute, allreduce, straggler and overlap. The spread of a prediction over the replicates
+compute, allreduce and straggler. The spread of a prediction over the replicates
 is the band ``model predict`` prints: how far the finite sample of steps moves the fit. It
 is not the model's form error (a term that is wrong at scale); the validation in
 ``benchmarks/RESULTS.md`` measures that.
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .fit import FitError, fit_allreduce, fit_compute_any, fit_hidden, fit_straggler
+from .fit import FitError, fit_allreduce, fit_compute_any, fit_straggler
 from .study import StudyData, compute_points
 
 DEFAULT_REPLICATES = 100
@@ -47,15 +47,14 @@ def resample(data: StudyData, rng: np.random.Generator) -> StudyData:
     return replace(data, per_step=per_step,
                    compute=compute_points(per_step, info["batch_size"],
                                           info["threads_per_node"] // info["workers_per_node"]),
-                   allreduce=_within_runs(data.allreduce, rng), step_stats=_within_runs(data.step_stats, rng))
+                   allreduce=_within_runs(data.allreduce, rng))
 
 
 FITTERS = {
     "compute": lambda d: fit_compute_any(d.compute),
     "allreduce": lambda d: fit_allreduce(d.allreduce),
     "straggler": lambda d: fit_straggler(d.per_step),
-    "overlap": lambda d: fit_hidden(d.step_stats),
-}
+}   # not overlap: predictions take each algorithm's measured hidden share (perf_model.shape)
 
 
 def bootstrap_params(data: StudyData, terms: set[str], replicates: int = DEFAULT_REPLICATES,

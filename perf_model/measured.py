@@ -9,8 +9,7 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from results_db import query
-
-STEP_PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
+from results_db.figures.data import STEP_PHASES
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:
