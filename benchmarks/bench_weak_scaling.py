@@ -2,6 +2,7 @@
 machine allows: two independent 1-rank processes training at the same time.
 
     python benchmarks/bench_weak_scaling.py [--model resnet20] [--batch-size 32] [--steps 100] [--repeats 5]
+        [--variants sync,autotuned,one-cycle,hooks,ddp,horovod]
 
 "limit": two 1-rank runs started together (same model, batch, one thread each, no
 communication: ``sync`` on one rank does no reduction and starts no engine thread), their
@@ -14,7 +15,9 @@ efficiency with the min–max of the per-round ratios, and the median per-step p
 backward, comm_wait, update, ms) of each variant, which say where the difference goes.
 "sync, 1 cycle/step" is ``sync`` with ``cycle_time_ms`` longer than a step: it reduces
 only once backward is done, so comparing it with ``sync`` prices the overlap on a node
-whose cores all compute. "sync, engine thread" runs the engine's cycles on a thread of
+whose cores all compute. "sync, autotuned" is ``sync`` with ``autotune=true``: it tries
+5 ms, 1 ms and one cycle per step in steps 1-9 (inside the default warm-up of 10) and keeps
+the fastest. "sync, engine thread" runs the engine's cycles on a thread of
 their own (``engine_thread=true``, Horovod's design, the default); "sync, cycles in hooks"
 (``engine_thread=false``) runs them on the training thread, from the gradient hooks.
 
@@ -48,6 +51,11 @@ NO_OVERLAP = "sync, 1 cycle/step"
 
 
 IN_HOOKS = "sync, cycles in hooks"
+AUTOTUNED = "sync, autotuned"
+# --variants keys -> the names printed (the limit always runs)
+VARIANTS = {"sync": "sync", "autotuned": AUTOTUNED, "one-cycle": NO_OVERLAP, "hooks": IN_HOOKS, "ddp": "ddp",
+            "horovod": "horovod"}
+DEFAULT_VARIANTS = ("sync", "autotuned", "one-cycle", "ddp", "horovod")
 
 
 def steps_of(run_dir: str, rank: int, warmup: int) -> list[dict]:
@@ -80,11 +88,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help=f"comma-separated, from: {', '.join(VARIANTS)} (the limit always runs)")
     args = ap.parse_args()
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    chosen = [VARIANTS.get(v, v) for v in chosen]
+    unknown = [v for v in chosen if v not in VARIANTS.values()]
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(map(repr, unknown))}; known: {', '.join(VARIANTS)}")
     epochs, per_epoch = epochs_for(args.dataset, args.batch_size, 2, args.steps + args.warmup)
     spec = {"model": args.model, "dataset": args.dataset, "batch_size": args.batch_size, "epochs": epochs,
             "steps_per_epoch": per_epoch}
-    algorithms = ["sync", "ddp"] + (["horovod"] if importlib.util.find_spec("horovod") else [])
+    have_horovod = importlib.util.find_spec("horovod") is not None
+    algorithms = [v for v in VARIANTS.values() if v in chosen and (v != "horovod" or have_horovod)]
     phases: dict[str, list[dict[str, float]]] = {}
     skews: dict[str, list[float]] = {}
     synchronized: list[float] = []
@@ -102,18 +118,25 @@ def main() -> None:
         synchronized.append(synchronized_rate(a, b, args.batch_size))
         return sum(keep("limit (1 rank)", r, ranks=1) for r in runs)
 
+    tuned_choices: list = []
+
     def two_ranks(algorithm: str, name: str | None = None, **extra):
-        return lambda: keep(name or algorithm,
-                            finish_workload(*start_workload({**spec, "algorithm": algorithm, **extra}, 2)))
+        def run() -> float:
+            result = finish_workload(*start_workload({**spec, "algorithm": algorithm, **extra}, 2))
+            if extra.get("autotune"):
+                tuned_choices.append(result.get("metrics", {}).get("autotune_cycle_time_ms", "?"))
+            return keep(name or algorithm, result)
+        return run
 
     print(f"weak scaling, 2 ranks vs 2 independent 1-rank processes: {args.model} on {args.dataset}, batch "
           f"{args.batch_size}/rank, 1 thread/rank, {epochs} epoch(s) x {per_epoch} steps, first {args.warmup} "
           f"excluded, {args.repeats} interleaved repeats ({', '.join(algorithms)}"
-          f"{'' if 'horovod' in algorithms else '; Horovod not installed: scripts/install-horovod.sh'})")
-    variants = {"limit": limit, **{a: two_ranks(a) for a in algorithms}}
-    variants[IN_HOOKS] = two_ranks("sync", IN_HOOKS, engine_thread=False)
-    variants[NO_OVERLAP] = two_ranks("sync", NO_OVERLAP, cycle_time_ms=ONE_CYCLE_MS)
-    algorithms[1:1] = [IN_HOOKS, NO_OVERLAP]
+          f"{'' if have_horovod else '; Horovod not installed: scripts/install-horovod.sh'})")
+    runners = {"sync": two_ranks("sync"), "ddp": two_ranks("ddp"), "horovod": two_ranks("horovod"),
+               IN_HOOKS: two_ranks("sync", IN_HOOKS, engine_thread=False),
+               NO_OVERLAP: two_ranks("sync", NO_OVERLAP, cycle_time_ms=ONE_CYCLE_MS),
+               AUTOTUNED: two_ranks("sync", AUTOTUNED, autotune=True)}
+    variants = {"limit": limit, **{a: runners[a] for a in algorithms}}
     samples = interleave(variants, args.repeats)
     lim = median(samples["limit"])
     print(f"limit: {lim:.1f} samples/s ({spread(samples['limit'])})")
@@ -128,11 +151,14 @@ def main() -> None:
               f"of the synchronized limit {median(of_synchronized):.3f} (per-round {spread(of_synchronized)})")
     # the VM's speed drifts between rounds more than the variants differ: compare sync with
     # each peer within a round (they ran minutes apart), not medians taken over all rounds
-    for peer in [a for a in algorithms if a != "sync"]:
-        paired = [x / y for x, y in zip(samples["sync"], samples[peer])]
-        ahead = sum(r > 1 for r in paired)
-        print(f"sync / {peer} paired by round = {median(paired):.3f} (per-round {spread(paired)}; "
-              f"sync ahead in {ahead} of {len(paired)} rounds)")
+    for ours in [a for a in ("sync", AUTOTUNED) if a in algorithms]:
+        for peer in [a for a in algorithms if a != ours and (a in ("ddp", "horovod") or ours == "sync")]:
+            paired = [x / y for x, y in zip(samples[ours], samples[peer])]
+            ahead = sum(r > 1 for r in paired)
+            print(f"{ours} / {peer} paired by round = {median(paired):.3f} (per-round {spread(paired)}; "
+                  f"{ours} ahead in {ahead} of {len(paired)} rounds)")
+    if AUTOTUNED in algorithms:
+        print(f"{AUTOTUNED}: cycle chosen per run (ms; None = one per step): {tuned_choices}")
     print("median per-step phases (ms, rank 0):")
     for name, rows in phases.items():
         skew = skews.get(name.replace(" (1 rank)", ""))

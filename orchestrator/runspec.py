@@ -67,6 +67,18 @@ def _bool(field: str, value: Any) -> bool:
     return value
 
 
+TUNABLE = ("sync", "horovod")
+
+
+def _autotune(value: Any, algorithm: str) -> bool:
+    """Only engines with a cycle time tune one; asking another to is a mistake worth a stop."""
+    tune = _bool("autotune", value)
+    if tune and algorithm not in TUNABLE:
+        raise ConfigError("autotune", value, f"tunes the cycle time of {' and '.join(TUNABLE)}; "
+                          f"algorithm={algorithm} has none")
+    return tune
+
+
 def _user_factory(kind: str, name: Any) -> str:
     """A user's model or dataset: it must import and name a callable, here, before submission."""
     if not isinstance(name, str) or not name:
@@ -333,6 +345,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         repeat=_int("repeat", d("repeat"), minimum=0),
         fusion_threshold_mb=_float("fusion_threshold_mb", d("fusion_threshold_mb"), strict=False),
         cycle_time_ms=_float("cycle_time_ms", d("cycle_time_ms")),
+        autotune=_autotune(d("autotune"), algorithm),
         engine_thread=_bool("engine_thread", d("engine_thread")),
         timeline=_bool("timeline", d("timeline")),
         device=device,

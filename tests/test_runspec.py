@@ -36,6 +36,7 @@ def test_valid_config_builds_a_spec():
     ("fusion_threshold_mb", -1, "must be >= 0"),
     ("cycle_time_ms", 0, "must be > 0"),
     ("timeline", "yes", "expected true or false"),
+    ("autotune", "yes", "expected true or false"),
     ("model", "lstm", "takes sequence inputs but dataset digits holds images"),
     ("sync_every", -1, "must be >= 0"),
     ("model", "resnet1000", "unknown model"),
@@ -100,3 +101,12 @@ def test_imbalance_and_eager_fields_reach_the_spec():
         build_run_spec({**BASE, "nodes": 1, "workers_per_node": 1, "threads_per_node": 1, "algorithm": "async_ps"})
     inherent = build_run_spec({**BASE, "model": "lstm", "dataset": "sequences", "imbalance": {"kind": "inherent"}})
     assert inherent.imbalance_kind == "inherent"
+
+
+def test_autotune_only_where_there_is_a_cycle_time():
+    assert build_run_spec({**BASE, "autotune": True}).autotune is True
+    for algorithm in ("ddp", "eager_solo"):
+        with pytest.raises(ConfigError) as info:
+            build_run_spec({**BASE, "algorithm": algorithm, "autotune": True})
+        assert str(info.value) == (f"invalid config: autotune=True: tunes the cycle time of sync and horovod; "
+                                   f"algorithm={algorithm} has none")

@@ -73,6 +73,9 @@ class RunSpec:
     fusion_threshold_mb: float = axis(64.0, label="fusion threshold (MB)",
                                       help="fuse ready gradients into buffers up to this size; 0: one allreduce per tensor")
     cycle_time_ms: float = axis(5.0, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
+    autotune: bool = axis(False, hashed_when_default=False,
+                          help="sync: try cycle_time_ms, a fifth of it and one cycle per step in the first steps and "
+                               "keep the fastest (run metrics: autotune_cycle_time_ms); horovod: HOROVOD_AUTOTUNE")
     engine_thread: bool = axis(True, label="engine thread", hashed_when_default=False,
                                help="sync: run the engine's cycles on a thread of their own (Horovod's design); "
                                     "false: on the training thread, between gradient hooks")

@@ -153,7 +153,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
         return train_async_ps(spec, comm, clock, writer, data, model, delays)
     sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
     options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
-                          engine_thread=spec.engine_thread,
+                          autotune=spec.autotune, engine_thread=spec.engine_thread,
                           timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
                           sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs)
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
@@ -209,9 +209,13 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     finally:
         engine.close()
 
-    return make_outcome(spec, comm, model, steps=step, samples=samples_seen, train_seconds=train_seconds,
-                        wall_start=wall_start, phases=phases, top1=last_top1, loss=last_loss,
-                        global_batch=sampler.global_batch_size)
+    outcome = make_outcome(spec, comm, model, steps=step, samples=samples_seen, train_seconds=train_seconds,
+                           wall_start=wall_start, phases=phases, top1=last_top1, loss=last_loss,
+                           global_batch=sampler.global_batch_size)
+    decided = engine.run_metrics()
+    if decided:
+        outcome.summary["metrics"] = decided
+    return outcome
 
 
 PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")

@@ -17,6 +17,7 @@ class SyncOptions:
 
     fusion_threshold_mb: float = 64.0
     cycle_time_ms: float = 5.0
+    autotune: bool = False
     engine_thread: bool = True
     timeline: bool = False
     clock: Callable[[], float] = None  # type: ignore[assignment]
@@ -74,6 +75,11 @@ class GradientSync(ABC):
     def drain_events(self) -> list[dict[str, Any]]:
         """Timeline events recorded by the engine since the last call."""
         return []
+
+    def run_metrics(self) -> dict[str, Any]:
+        """What the engine decided during the run (e.g. the autotuned cycle time), for the
+        run's ``metrics``."""
+        return {}
 
     def drain_rounds(self) -> list[dict[str, Any]]:
         """Per-round records of partial collectives since the last call (eager-SGD)."""

@@ -33,6 +33,8 @@ class HorovodReference(GradientSync):
         super().__init__(model, comm, options)
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_threshold_mb * 1024 * 1024))
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_time_ms)
+        if options.autotune:   # Horovod's own: Bayesian search over cycle time, fusion threshold, ...
+            os.environ["HOROVOD_AUTOTUNE"] = "1"
         self.hvd = import_horovod()
         self.hvd.init()
         if self.hvd.size() != comm.Get_size():

@@ -20,6 +20,7 @@ from mpi4py import MPI
 from torch import nn
 
 from ..comm import BackgroundAllreduce
+from ..comm.cycle_tuner import CycleTimeTuner
 from .base import GradientSync, SyncOptions
 
 
@@ -43,6 +44,10 @@ class OverlappedFusedAllreduce(GradientSync):
         )
         self._layout(list(range(len(named))))
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for _, p in named]
+        self._tuner = CycleTimeTuner(options.cycle_time_ms / 1000.0, options.total_steps) if options.autotune \
+            else None
+        self._step = -1
+        self._step_began = 0.0
 
     def _layout(self, order: list[int]) -> None:
         """Slots in ``order``; each ``.grad`` a view into one buffer laid out the same way."""
@@ -72,7 +77,20 @@ class OverlappedFusedAllreduce(GradientSync):
     def begin_step(self, step: int) -> None:
         if self._seen is not None and step > 0:
             self._adopt_observed_order()
+        if self._tuner is not None:
+            if self._tuner.due(step):
+                self._tuner.decide(self.comm)
+            self.engine.cycle_time = self._tuner.cycle_for(step)
         self.engine.begin_step(step)
+        self._step, self._step_began = step, time.perf_counter()
+
+    def step(self) -> None:
+        super().step()
+        if self._tuner is not None:
+            self._tuner.observe(self._step, time.perf_counter() - self._step_began)
+
+    def run_metrics(self) -> dict[str, Any]:
+        return self._tuner.report() if self._tuner is not None else {}
 
     def _adopt_observed_order(self) -> None:
         seen, self._seen = self._seen, None

@@ -31,6 +31,7 @@ slower.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -231,6 +232,11 @@ class BackgroundAllreduce:
         while True:
             with self._cv:
                 while st.ready_count < len(self.names):
+                    if math.isinf(self.cycle_time):   # one cycle per step, once backward is done
+                        if self._stop:
+                            return
+                        self._cv.wait()
+                        continue
                     delay = self._last_cycle + self.cycle_time - time.perf_counter()
                     if delay <= 0:
                         break
