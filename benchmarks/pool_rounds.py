@@ -18,9 +18,13 @@ import re
 
 import numpy as np
 
+from bench_weak_scaling import AUTOTUNED, IN_HOOKS, NO_OVERLAP, VARIANTS
+
 ROUND = re.compile(r"^\s*round \d+/\d+: (.*)$")
-VALUE = re.compile(r"(limit|sync, autotuned|sync, 1 cycle/step|sync, cycles in hooks|sync|ddp|horovod)=([\d.]+)")
-OURS = ("sync", "sync, autotuned", "sync, 1 cycle/step", "sync, cycles in hooks")
+# the names the benchmark prints, longest first ("sync, autotuned" before "sync")
+NAMES = sorted(["limit", *VARIANTS.values()], key=len, reverse=True)
+VALUE = re.compile("(" + "|".join(map(re.escape, NAMES)) + r")=([\d.]+)")
+OURS = ("sync", AUTOTUNED, NO_OVERLAP, IN_HOOKS)
 PEERS = ("ddp", "horovod")
 
 
@@ -58,7 +62,7 @@ def main() -> None:
     for ours in [n for n in names if n in OURS]:
         for peer in [n for n in names if n in PEERS]:
             print(f"{ours} / {peer} = " + summary([r[ours] / r[peer] for r in rounds], rng))
-    reference = "sync, 1 cycle/step"    # what overlap costs or wins: each sync variant against no overlap
+    reference = NO_OVERLAP    # what overlap costs or wins: each sync variant against no overlap
     for ours in [n for n in names if n in OURS and n != reference and reference in names]:
         print(f"{ours} / {reference} = " + summary([r[ours] / r[reference] for r in rounds], rng))
 

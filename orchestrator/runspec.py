@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
+from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, TUNABLE_ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
                                 FactoryError, is_builtin, load_factory)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
@@ -67,14 +67,11 @@ def _bool(field: str, value: Any) -> bool:
     return value
 
 
-TUNABLE = ("sync", "horovod")
-
-
 def _autotune(value: Any, algorithm: str) -> bool:
     """Only engines with a cycle time tune one; asking another to is a mistake worth a stop."""
     tune = _bool("autotune", value)
-    if tune and algorithm not in TUNABLE:
-        raise ConfigError("autotune", value, f"tunes the cycle time of {' and '.join(TUNABLE)}; "
+    if tune and algorithm not in TUNABLE_ALGORITHMS:
+        raise ConfigError("autotune", value, f"tunes the cycle time of {' and '.join(TUNABLE_ALGORITHMS)}; "
                           f"algorithm={algorithm} has none")
     return tune
 

@@ -29,12 +29,12 @@ def test_schedule_interleaves_the_candidates_after_step_0():
     assert not t.due(9) and t.due(10)
 
 
-def test_a_short_run_tunes_fewer_rounds_or_not_at_all():
-    # the choice must run at least as many steps as the trials took
-    assert CycleTimeTuner(0.005, total_steps=14).rounds == 2   # 13 steps after step 0: 2 rounds of 3
-    untuned = CycleTimeTuner(0.005, total_steps=6)
+def test_a_short_run_is_not_tuned():
+    # three rounds or none, and the choice must run at least as many steps as the trials took
+    assert CycleTimeTuner(0.005, total_steps=19).rounds == 3   # steps 1-9 trials, 10-18 the choice
+    untuned = CycleTimeTuner(0.005, total_steps=18)
     assert untuned.rounds == 0 and untuned.chosen == 0.005 and not untuned.due(50)
-    assert [untuned.cycle_for(s) for s in range(6)] == [0.005] * 6
+    assert [untuned.cycle_for(s) for s in range(18)] == [0.005] * 18
     assert untuned.report() == {"autotune_cycle_time_ms": 5.0, "autotune_tuned": False}
 
 
@@ -67,29 +67,31 @@ def test_ranks_that_measured_differently_adopt_one_cycle(ranks):
 
 
 @pytest.mark.mpi
-def test_an_autotuned_run_runs_each_trial_with_its_cycle_and_keeps_the_choice(tmp_path):
+@pytest.mark.parametrize("engine_thread", [True, False])
+def test_an_autotuned_run_runs_each_trial_with_its_cycle_and_keeps_the_choice(tmp_path, engine_thread):
     """With one cycle per step the engine negotiates exactly once a step; with 1 or 5 ms cycles
     over resnet20's backward (tens of ms here) several times. So the negotiations per step
     show which cycle each step ran with: the trials' schedule, then the choice stored in the
     run's metrics. Broken on purpose (the tuner's cycle not handed to the engine), the
     one-per-step trials negotiate several times and this fails."""
     run_dir = tmp_path / "run"
-    spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=14,
-                      model="resnet20", dataset="synthetic_images", timeline=True, autotune=True, batch_size=16)
+    spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=19,
+                      model="resnet20", dataset="synthetic_images", timeline=True, autotune=True, batch_size=16,
+                      engine_thread=engine_thread)
     proc = mpiexec(2, "-m", "workloads", str(spec))
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((run_dir / "result.json").read_text())["metrics"]
-    assert metrics["autotune_tuned"] is True and metrics["autotune_trial_steps"] == 6   # 2 rounds of 3 in 14 steps
+    assert metrics["autotune_tuned"] is True and metrics["autotune_trial_steps"] == 9   # 3 rounds of 3 in 19 steps
     assert set(metrics["autotune_trials"]) == {"5 ms", "1 ms", "one per step"}
     chosen = metrics["autotune_cycle_time_ms"]
     fastest = min(metrics["autotune_trials"], key=metrics["autotune_trials"].get)
     assert fastest == ("one per step" if chosen is None else f"{chosen:g} ms")
-    tuner = CycleTimeTuner(0.005, total_steps=14)
+    tuner = CycleTimeTuner(0.005, total_steps=19)
     for rank in range(2):
         records = [json.loads(l) for l in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()]
         negotiations = collections.Counter(r["step"] for r in records
                                            if r.get("type") == "event" and r["phase"] == "negotiate")
-        for step in range(1, 14):
+        for step in range(1, 19):
             planned = tuner.cycle_for(step) if step <= tuner.last_trial else \
                 (ONE_PER_STEP if chosen is None else chosen / 1e3)
             if math.isinf(planned):
@@ -103,3 +105,12 @@ def test_an_autotuned_run_runs_each_trial_with_its_cycle_and_keeps_the_choice(tm
     [row] = query.runs(engine, study="tuned").to_dict("records")
     assert row["autotune"] is True or row["autotune"] == 1
     assert row["metrics"]["autotune_cycle_time_ms"] == chosen
+
+
+@pytest.mark.mpi
+def test_one_rank_has_nothing_to_tune_and_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    spec = write_spec(run_dir, epochs=1, steps_per_epoch=20, autotune=True)
+    proc = mpiexec(1, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run_dir / "result.json").read_text())["metrics"] == {"autotune_tuned": False}

@@ -23,6 +23,8 @@ ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_p
 # algorithm -> devices it runs on
 ALGORITHM_DEVICES = {"sync": ("cpu",), "ddp": ("cpu", "cuda"), "horovod": ("cpu",), "eager_solo": ("cpu",),
                      "eager_majority": ("cpu",), "async_ps": ("cpu",)}
+# algorithms with a cycle time that autotune=true chooses (sync: ours; horovod: HOROVOD_AUTOTUNE)
+TUNABLE_ALGORITHMS = ("sync", "horovod")
 DEVICES = ("cpu", "cuda")
 IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
 

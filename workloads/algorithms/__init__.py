@@ -41,6 +41,10 @@ class SingleProcess(GradientSync):
     def synchronize(self) -> None:
         pass
 
+    def run_metrics(self) -> dict[str, Any]:
+        # one rank has no engine and no cycle: autotune=true has nothing to choose
+        return {"autotune_tuned": False} if self.options.autotune else {}
+
     def drain_events(self) -> list[dict[str, Any]]:
         events, self._events = self._events, []
         return events

@@ -35,6 +35,8 @@ class HorovodReference(GradientSync):
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_time_ms)
         if options.autotune:   # Horovod's own: Bayesian search over cycle time, fusion threshold, ...
             os.environ["HOROVOD_AUTOTUNE"] = "1"
+        else:
+            os.environ.pop("HOROVOD_AUTOTUNE", None)
         self.hvd = import_horovod()
         self.hvd.init()
         if self.hvd.size() != comm.Get_size():

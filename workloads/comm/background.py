@@ -171,7 +171,7 @@ class BackgroundAllreduce:
                                 "t0": t, "t1": t, "bytes": self.nbytes[index]})
         if self._thread is None and not last:
             now = time.perf_counter()
-            if now - self._last_cycle >= self.cycle_time:
+            if not math.isinf(self.cycle_time) and now - self._last_cycle >= self.cycle_time:
                 # a cycle on the training thread, between two gradients: no wake-up of
                 # another thread, so no context switch and no GIL hand-over
                 self._last_cycle = now

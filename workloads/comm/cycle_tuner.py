@@ -4,15 +4,18 @@ Whether reducing beside backprop pays depends on the node, not on the algorithm:
 core is free (or the gradients live on an accelerator) short cycles hide the allreduce;
 where every core computes, each cycle's wake-up and the reductions' arithmetic are taken
 from backprop, and one cycle after backward is faster (benchmarks/RESULTS.md, weak
-scaling: 1.01-1.13x the 5 ms default on this 2-core VM). Horovod's answer is
+scaling: 0.935 of the no-communication limit against 0.902 at 5 ms, 18 rounds on this
+2-core VM). Horovod's answer is
 ``HOROVOD_AUTOTUNE``, which searches cycle time and fusion threshold by Bayesian
 optimisation over a few hundred steps; ours tunes the cycle time alone, over the first
 steps of a run, which is what a run of a hundred steps can afford.
 
 Schedule: candidates are tried in turn, one step each, for ``rounds`` rounds, starting at
 ``first_step`` (the engine learns its gradient layout in step 0). A step is timed from
-``begin_step`` to the end of the optimizer's step on every rank (no data loading, no
-evaluation). Then every rank's median per candidate is summed (``MPI.SUM`` over the
+``begin_step`` (before its batch is loaded) to the end of the optimizer's step, on every
+rank; evaluation between epochs falls outside. Three rounds or none: with two samples a
+median is their mean, and one slow step (the first after the layout is rebuilt) would
+decide. Then every rank's median per candidate is summed (``MPI.SUM`` over the
 training communicator) and rank 0's argmin is broadcast, so all ranks adopt the same
 cycle time even if their sums differed in the last bit. Interleaving the candidates
 (A B C A B C ...) keeps a slow stretch of the machine from landing on one candidate.
@@ -45,8 +48,8 @@ def candidates_for(configured_s: float) -> tuple[float, ...]:
 class CycleTimeTuner:
     """Which cycle time step k runs with, and, once the trials are measured, the choice.
 
-    ``total_steps`` caps the rounds so that the choice is used for at least as many steps
-    as the trials took; a run too short for one round is not tuned (``chosen`` is the
+    The choice must run at least as many steps as the trials took: a run shorter than
+    ``first_step`` + 2 x rounds x candidates steps is not tuned (``chosen`` is the
     configured cycle, ``tuned`` False)."""
     configured: float
     total_steps: int
@@ -62,8 +65,9 @@ class CycleTimeTuner:
         if not self.candidates:
             self.candidates = candidates_for(self.configured)
         k = len(self.candidates)
-        affordable = max(0, (self.total_steps - self.first_step) // (2 * k)) if self.total_steps else self.rounds
-        self.rounds = min(self.rounds, affordable)
+        affordable = (self.total_steps - self.first_step) // (2 * k) if self.total_steps else self.rounds
+        if affordable < self.rounds:
+            self.rounds = 0
         self.samples = {c: [] for c in self.candidates}
         if self.rounds < 1 or k < 2:
             self.chosen = self.configured

@@ -1,5 +1,6 @@
 """``runs.autotune``: whether a ``sync`` or ``horovod`` run chose its cycle time itself
-(the choice is in the run's ``metrics``). Runs recorded before this revision ran with the
+(for ``sync`` the choice and its trials are in the run's ``metrics``; Horovod keeps its
+own). Runs recorded before this revision ran with the
 cycle time they were given: back-filled false.
 
 Revision ID: 0009
