@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, TUNABLE_ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
-                                FactoryError, is_builtin, load_factory)
+from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
+                                TUNABLE_ALGORITHMS, FactoryError, is_builtin, load_factory)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
 from .config_schema import check_known_keys
