@@ -59,17 +59,19 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
                          "band": f"{pred['throughput_low']:.0f}-{pred['throughput_high']:.0f}",
                          "error": pred["throughput"] / m - 1,
                          "compute": (pred["compute_seconds"], float(group["compute"].median())),
-                         "rest": (pred["wait_seconds"] + pred["comm_seconds"], float(group["rest"].median())),
+                         "rest": (pred["wait_seconds"] + pred["comm_seconds"] + pred["crowding_seconds"],
+                                  float(group["rest"].median())),
+                         "crowding": pred["crowding_seconds"],
                          "update": (pred["update_seconds"], float(group["update"].median())),
                          "data": float(group["data"].median())})
     print(f"\n{label}")
     print(f"{'set':15s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
-          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm | update; data")
+          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm+crowding | update; data")
     for r in rows:
         parts = " | ".join(f"{r[k][0] * 1e3:6.1f}/{r[k][1] * 1e3:6.1f}" for k in ("compute", "rest", "update"))
         print(f"{r['set']:15s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
               f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}; "
-              f"{r['data'] * 1e3:.1f}")
+              f"{r['data'] * 1e3:.1f}; crowding predicted {r['crowding'] * 1e3:.1f}")
     return rows
 
 
@@ -78,8 +80,23 @@ def main() -> None:
     ap.add_argument("--db", required=True)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--replicates", type=int, default=100)
+    ap.add_argument("--crowding-form", choices=("exchanges", "linear"), default="exchanges",
+                    help="the oversubscription term: q (r-1)+ ceil(log2 P), the model's (default), or the "
+                         "counterfactual q (r-1)+ without the exchange count (RESULTS.md reports both)")
     args = ap.parse_args()
+    if args.crowding_form == "linear":
+        import numpy as np
 
+        import perf_model.fit
+        import perf_model.predict
+
+        def linear(ranks, ranks_per_core, q):
+            return q * np.maximum(np.asarray(ranks_per_core, dtype=float) - 1.0, 0.0)
+
+        perf_model.fit.oversubscription_seconds = linear
+        perf_model.predict.oversubscription_seconds = linear
+
+    from orchestrator.planner import host_of_site_name
     from orchestrator.sites import load_site
     from perf_model.model import fit_study
     from perf_model.predict import Network
@@ -92,7 +109,7 @@ def main() -> None:
         runs = query.runs(engine, study=study, where="status=done")
         return [int(i) for i in runs["run_id"]]
 
-    fit_study(engine, "validate-small", args.warmup, args.replicates)
+    fit_study(engine, "validate-small", args.warmup, args.replicates, host_of_site_name)
     fit = latest_model_fit(engine, "validate-small")
     for name, term in fit["terms"].items():
         print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items()))
@@ -104,7 +121,7 @@ def main() -> None:
         print(f"out of sample: median |error| {statistics.median(abs(r['error']) for r in out):.1%}, worst "
               f"{worst['error']:+.1%} ({worst['algorithm']}, {worst['ranks']} ranks)")
 
-    fit_study(engine, "validate-profile", args.warmup, args.replicates)
+    fit_study(engine, "validate-profile", args.warmup, args.replicates, host_of_site_name)
     fit1 = latest_model_fit(engine, "validate-profile")
     net = load_site("local").network
     network = Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)

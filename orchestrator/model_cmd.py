@@ -121,6 +121,8 @@ def _fit(args) -> int:
     from results_db import connect
     from results_db.store import resolve_db_url
 
+    from .planner import host_of_site_name
+
     warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
     if warmup < 0:
         return _fail(f"--warmup {warmup}: expected steps >= 0")
@@ -128,7 +130,7 @@ def _fit(args) -> int:
     if replicates < 0:
         return _fail(f"--replicates {replicates}: expected >= 0")
     try:
-        fit = fit_study(connect(resolve_db_url(args.db)), args.study, warmup, replicates)
+        fit = fit_study(connect(resolve_db_url(args.db)), args.study, warmup, replicates, host_of_site_name)
     except ValueError as exc:
         return _fail(str(exc))
     print(f"study {args.study}: model fit #{fit['id']} from {fit['runs']} finished run(s)"
@@ -179,6 +181,7 @@ def _predict(args) -> int:
     from results_db.model_fits import latest_model_fit
 
     from .errors import ConfigError
+    from .planner import host_of
 
     if args.nodes and args.ranks:
         return _fail("--nodes and --ranks: give one")
@@ -207,7 +210,7 @@ def _predict(args) -> int:
             _require_workers_per_node(fit, algorithm, wpn, "--workers-per-node W")
         if site is not None and max(counts) > site.max_nodes and not args.ranks:
             print(f"note: site {site.name} has {site.max_nodes} nodes; counts above it are beyond the machine")
-        table = predict(fit, algorithm, counts, wpn, network, band)
+        table = predict(fit, algorithm, counts, wpn, network, band, host_of(site) if site is not None else None)
     except (PredictError, ConfigError, ValueError) as exc:
         return _fail(str(exc))
     shape = fit["workloads"][algorithm]
@@ -218,11 +221,12 @@ def _predict(args) -> int:
           f"{len(fit.get('bootstrap') or [])} bootstrap refits); {shape['model']}, batch {shape['batch_size']}/rank, "
           f"{shape['threads_per_worker']} thread(s)/rank, {wpn} rank(s)/node; {where}")
     print(f"{'nodes':>6} {'ranks':>6} {'step ms':>9} {f'{band:.0%} band':>17} {'compute':>8} {'wait':>7} {'comm':>7} "
-          f"{'update':>7} {'samples/s':>10} {f'{band:.0%} band':>19} {'eff':>6}")
+          f"{'update':>7} {'crowd':>7} {'samples/s':>10} {f'{band:.0%} band':>19} {'eff':>6}")
     for r in table.itertuples():
         print(f"{r.nodes:6d} {r.ranks:6d} {r.step_seconds * 1e3:9.1f} {r.step_low * 1e3:8.1f}-{r.step_high * 1e3:<8.1f} "
               f"{r.compute_seconds * 1e3:8.1f} {r.wait_seconds * 1e3:7.1f} {r.comm_seconds * 1e3:7.2f} "
-              f"{r.update_seconds * 1e3:7.2f} {r.throughput:10.1f} {r.throughput_low:9.1f}-{r.throughput_high:<9.1f} "
+              f"{r.update_seconds * 1e3:7.2f} {r.crowding_seconds * 1e3:7.1f} {r.throughput:10.1f} "
+              f"{r.throughput_low:9.1f}-{r.throughput_high:<9.1f} "
               f"{r.efficiency:6.1%}")
     for name, term in fit["terms"].items():
         for note in term["notes"]:

@@ -42,8 +42,28 @@ def network_of(site):
     return None if net is None else Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
 
 
+def host_of(site):
+    """The site's hosts as the model's oversubscription term sees them: cores each, and
+    whether every rank of a run shares one (the local provider)."""
+    from perf_model.oversubscription import Host
+
+    return Host(int(site.cores_per_node), site.provider == "local")
+
+
+def host_of_site_name(name: str):
+    """``host_of`` the site a stored run named, or None where its site YAML is gone."""
+    from .errors import ConfigError
+    from .sites import load_site
+
+    try:
+        return host_of(load_site(name))
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 def predicted_run_seconds(fit: dict[str, Any], algorithm: str, nodes: int, workers_per_node: int, steps: int,
-                          network=None, batch_size: int | None = None, threads: int | None = None) -> float | None:
+                          network=None, batch_size: int | None = None, threads: int | None = None,
+                          host=None) -> float | None:
     """A run's predicted seconds, or None where the fit cannot say (another algorithm, or a
     batch or thread count a one-batch compute term was not measured at)."""
     from perf_model.fit import is_constant_compute
@@ -60,7 +80,7 @@ def predicted_run_seconds(fit: dict[str, Any], algorithm: str, nodes: int, worke
         fit = {**fit, "workloads": {**shapes, algorithm: {**shape, "batch_size": batch_size or shape["batch_size"],
                                                            "threads_per_worker": threads or shape["threads_per_worker"]}}}
     try:
-        [row] = predict(fit, algorithm, [nodes], workers_per_node, network).to_dict("records")
+        [row] = predict(fit, algorithm, [nodes], workers_per_node, network, host=host).to_dict("records")
     except PredictError:
         return None
     return shape.get("overhead_seconds", 0.0) + steps * row["step_seconds"]
@@ -166,7 +186,7 @@ def plan_study(fit: dict[str, Any], algorithm: str, site, budget: float, repeats
     from .queues import charged_node_hours, choose_queue
 
     network = network_of(site)
-    table = predict(fit, algorithm, list(candidates), workers_per_node, network).set_index("nodes")
+    table = predict(fit, algorithm, list(candidates), workers_per_node, network, host=host_of(site)).set_index("nodes")
     overhead = fit["workloads"][algorithm].get("overhead_seconds", 0.0)
     plan = StudyPlan(algorithm=algorithm, repeats=repeats, budget=budget)
     spent = 0.0
@@ -243,7 +263,7 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
         steps = _spec_steps(spec)
         out.seconds[idx] = None if spec.algorithm not in fit["workloads"] or steps is None else predicted_run_seconds(
             fit, spec.algorithm, spec.nodes, spec.workers_per_node, steps, network, spec.batch_size,
-            spec.threads_per_worker)
+            spec.threads_per_worker, host_of(site))
     known = [s for s in out.seconds.values() if s is not None]
     source = out.source = f"model fit #{fit['id']} of study {study}"
     if len(known) < len(out.seconds):

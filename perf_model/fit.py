@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from .terms import allreduce_messages, allreduce_seconds, compute_seconds, expected_max_normal, injected_wait_sample, sample_quantiles
+from .terms import (allreduce_messages, allreduce_seconds, compute_seconds, expected_max_normal, injected_wait_sample,
+                    oversubscription_seconds, sample_quantiles)
 
 MAX_ALPHA = 1.5
 ONE_BATCH = "one batch size"   # the note that marks a constant compute term
@@ -201,3 +202,38 @@ def fit_participation(rounds: pd.DataFrame) -> Term:
     shares = {k: partial[k].to_numpy(float) / total for k in ("fresh", "stale", "null")}
     params = {k: float(v.mean()) for k, v in shares.items()}
     return Term("participation", params, Quality.of(shares["fresh"], np.full_like(shares["fresh"], params["fresh"])))
+
+
+def fit_oversubscription(points: pd.DataFrame) -> Term:
+    """q per algorithm in O(P) = q (r - 1)^+ ceil(log2 P) (``terms.oversubscription_seconds``)
+    from ``algorithm``, ``ranks``, ``ranks_per_core``, ``residual``: one row per multi-rank
+    run, its measured mean step less what the other terms predict for it
+    (``perf_model.oversubscription``). Least squares through zero, one q per algorithm: q =
+    sum(x y) / sum(x x) with x = (r - 1)^+ ceil(log2 P), so runs where every rank had a core
+    (x = 0) do not move it. A negative q (the other terms already predict too much) is kept
+    at 0 with a note: a host cannot speed ranks up by crowding them. Params: ``q_<algorithm>``."""
+    if points.empty:
+        raise FitError("need >= 1 multi-rank run to fit the oversubscription term")
+    x_all = oversubscription_seconds(points["ranks"].to_numpy(float), points["ranks_per_core"].to_numpy(float), 1.0)
+    points = points.assign(x=x_all)
+    crowded = points[points["x"] > 0]
+    if crowded.empty:
+        most = float(points["ranks_per_core"].max())
+        raise FitError(f"need runs with more ranks than cores on a host to fit the oversubscription term (at most "
+                       f"{most:g} rank(s) per core here): every rank had a core, and predictions assume one")
+    params: dict[str, float] = {}
+    notes: list[str] = []
+    measured, fitted = [], []
+    for algorithm, group in points.groupby("algorithm"):
+        x, y = group["x"].to_numpy(float), group["residual"].to_numpy(float)
+        if not (x > 0).any():
+            notes.append(f"{algorithm}: no run with more ranks than cores; taken as 0")
+            continue
+        q = float(np.dot(x, y) / np.dot(x, x))
+        if q < 0:
+            notes.append(f"{algorithm}: fitted q {q * 1e3:.3g} ms < 0 (the other terms over-predict), kept at 0")
+            q = 0.0
+        params[f"q_{algorithm}"] = q
+        measured.extend(y[x > 0])
+        fitted.extend(q * x[x > 0])
+    return Term("oversubscription", params, Quality.of(np.array(measured), np.array(fitted)), tuple(notes))

@@ -7,7 +7,7 @@ on one node still gives a compute model.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
 
@@ -15,6 +15,8 @@ from results_db.model_fits import store_model_fit
 
 from .bootstrap import DEFAULT_REPLICATES, bootstrap_params
 from .fit import FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler
+from .oversubscription import Host, fit_for_study
+from .predict import step_parts, term_params
 from .shape import workload_shapes
 from .study import DEFAULT_WARMUP, StudyData, load_study
 
@@ -38,13 +40,26 @@ def fit_terms(data: StudyData) -> tuple[dict[str, Term], dict[str, str]]:
 
 
 def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP,
-              replicates: int = DEFAULT_REPLICATES) -> dict[str, Any]:
-    """Fit, store, and return ``{"id", "terms", "unfitted", "runs", "workloads", "replicates"}``."""
+              replicates: int = DEFAULT_REPLICATES,
+              host_of: Callable[[str], Host | None] | None = None) -> dict[str, Any]:
+    """Fit, store, and return ``{"id", "terms", "unfitted", "runs", "workloads", "replicates"}``.
+
+    ``host_of`` (site name -> ``Host``) says how many cores a run's ranks shared; without it
+    the oversubscription term is not fitted. It is fitted last, on what the other terms
+    leave unexplained in each run's mean step."""
     data = load_study(engine, study, warmup)
     terms, unfitted = fit_terms(data)
     run_ids = [int(i) for i in data.runs["run_id"]]
-    as_dicts = {k: t.to_dict() for k, t in terms.items()}
     shapes = workload_shapes(data)
+    if host_of is None:
+        unfitted["oversubscription"] = "no site hosts given (cores per host unknown)"
+    elif "compute" in terms:
+        try:
+            as_dicts = {k: t.to_dict() for k, t in terms.items()}
+            terms["oversubscription"] = fit_for_study(data, term_params(as_dicts), shapes, host_of, step_parts)
+        except FitError as exc:
+            unfitted["oversubscription"] = str(exc)
+    as_dicts = {k: t.to_dict() for k, t in terms.items()}
     replicas = bootstrap_params(data, set(terms), replicates) if replicates else []
     fit_id = store_model_fit(engine, study, as_dicts, unfitted, run_ids, warmup, shapes, replicas)
     emulated = int((data.runs.get("compute") == "emulated").sum()) if "compute" in data.runs else 0

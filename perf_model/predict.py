@@ -2,7 +2,7 @@
 
 A step of P ranks (``perf_model.terms``):
 
-    T(P) = C + W(P) + (1 - h) A(P) + U
+    T(P) = C + W(P) + (1 - h) A(P) + U + O(P)
 
 - C, the compute of one rank (the fitted ``compute`` term at the study's batch and threads);
 - W(P), the wait for other ranks: for synchronous algorithms (sync, ddp, horovod) the
@@ -15,12 +15,15 @@ A step of P ranks (``perf_model.terms``):
 - A(P) = m 2 ceil(log2 P) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in
   all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
   fitted on this machine or taken from a site's ``network:`` (``Network``);
-- h, the measured hidden share of this algorithm; U its measured update.
+- h, the measured hidden share of this algorithm; U its measured update;
+- O(P) = q (r - 1)^+ ceil(log2 P), what a host with r ranks per core adds
+  (``perf_model.oversubscription``): r from the fit's own host, or from ``--site``'s hosts,
+  where a rank has a core and O is 0.
 
 Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
 waits nor communicates. The band is the spread of T(P) over the fit's bootstrap replicates
 (``perf_model.bootstrap``), which refit compute, allreduce and straggler; the measured
-parts (h, U, m, N, the injection) are held at their values. It is the sampling error of
+parts (h, U, m, N, the injection) and q are held at their values. It is the sampling error of
 the fit, not the model's form error.
 """
 
@@ -33,7 +36,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .terms import allreduce_messages, compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync
+from .oversubscription import Host
+from .terms import (allreduce_messages, compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync,
+                    oversubscription_seconds)
 
 SYNCHRONOUS = ("sync", "ddp", "horovod")
 EAGER = ("eager_solo", "eager_majority")
@@ -90,8 +95,17 @@ def choose_algorithm(fit: dict[str, Any], algorithm: str | None) -> str:
     return algorithm
 
 
-def _step(params: dict[str, dict[str, float]], shape: dict[str, Any], algorithm: str, ranks: int, nodes: int,
-          network: Network | None) -> dict[str, float]:
+def term_params(terms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{term: params}`` from a fit's stored terms, with the straggler's measured distribution."""
+    params: dict[str, Any] = {name: t["params"] for name, t in terms.items()}
+    if terms.get("straggler", {}).get("distribution"):
+        params["straggler_distribution"] = terms["straggler"]["distribution"]
+    return params
+
+
+def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ranks: int, nodes: int,
+               network: Network | None, host: Host | None) -> dict[str, float]:
+    """The predicted step's parts (s): compute, wait, comm (exposed), update, crowding, step."""
     c = float(compute_seconds(shape["batch_size"], shape["threads_per_worker"], **params["compute"]))
     sigma = params.get("straggler", {}).get("sigma", 0.0)
     k, d = shape["injected_ranks"], shape["injected_delay"]
@@ -117,19 +131,24 @@ def _step(params: dict[str, dict[str, float]], shape: dict[str, Any], algorithm:
         comm = m * float(allreduce_messages(ranks)) * lat + 2 * (ranks - 1) / ranks * n / bw
     exposed = (1 - shape["hidden"]) * comm
     update = shape["update_seconds"]
-    return {"compute": c, "wait": wait, "comm": exposed, "update": update, "step": c + wait + exposed + update}
+    q = params.get("oversubscription", {}).get(f"q_{algorithm}", 0.0)
+    crowding = float(oversubscription_seconds(ranks, host.ranks_per_core(nodes, shape["workers_per_node"]), q)) \
+        if host is not None and q and ranks > 1 else 0.0
+    return {"compute": c, "wait": wait, "comm": exposed, "update": update, "crowding": crowding,
+            "step": c + wait + exposed + update + crowding}
 
 
 def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_per_node: int | None = None,
-            network: Network | None = None, band: float = DEFAULT_BAND) -> pd.DataFrame:
+            network: Network | None = None, band: float = DEFAULT_BAND, host: Host | None = None) -> pd.DataFrame:
     """One row per node count: nodes, ranks, the step's parts (s), step_seconds with its band
-    (step_low, step_high), throughput (samples/s) with its band, efficiency."""
+    (step_low, step_high), throughput (samples/s) with its band, efficiency. ``host``: the
+    target site's hosts (ranks per core); without it, the host the fit was made on."""
     shape = dict(fit["workloads"][algorithm])
     wpn = int(workers_per_node or shape["workers_per_node"])
     shape["workers_per_node"] = wpn
-    terms = {name: t["params"] for name, t in fit["terms"].items()}
-    if fit["terms"].get("straggler", {}).get("distribution"):
-        terms["straggler_distribution"] = fit["terms"]["straggler"]["distribution"]
+    terms = term_params(fit["terms"])
+    if host is None:
+        host = Host.from_params(terms.get("oversubscription", {}))
     if "compute" not in terms:
         why = fit["unfitted"].get("compute")
         raise PredictError(f"model fit #{fit['id']}: no compute term" + (f" ({why})" if why else ""))
@@ -141,8 +160,8 @@ def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_p
     rows = []
     for n in nodes:
         p = int(n) * wpn
-        point = _step(terms, shape, algorithm, p, int(n), network)
-        spread = [_step(r, shape, algorithm, p, int(n), network)["step"] for r in replicas]
+        point = step_parts(terms, shape, algorithm, p, int(n), network, host)
+        spread = [step_parts(r, shape, algorithm, p, int(n), network, host)["step"] for r in replicas]
         low, high = (float(np.quantile(spread, lo_q)), float(np.quantile(spread, hi_q))) if spread else \
             (point["step"], point["step"])
         samples = p * shape["batch_size"]

@@ -7,17 +7,21 @@
   last rank started it to the median of the ranks' ends: the time the data moved, not
   the time a rank waited for a late peer;
 - straggler: each rank's compute per step, per run;
-- overlap: ``step_stats.hidden_fraction``; participation: eager-SGD's rounds.
+- overlap: ``step_stats.hidden_fraction``; participation: eager-SGD's rounds;
+- oversubscription: per run, rank 0's mean step (``measured.step_times``), the footing
+  of a measured throughput, against which the other terms' prediction is compared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from sqlalchemy.engine import Engine
 
 from results_db import query
+
+from .measured import step_times
 
 DEFAULT_WARMUP = 5
 
@@ -32,6 +36,7 @@ class StudyData:
     rounds: pd.DataFrame
     step_bytes: pd.DataFrame    # run_id, step, bytes: what a step's collectives reduced, in all
     grad_bytes: pd.Series       # run_id -> gradient bytes of one step (grad_ready stamps)
+    step_seconds: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))  # run_id -> rank 0's mean step
 
 
 def collective_times(events: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
@@ -76,6 +81,7 @@ def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> Stud
     ids = [int(i) for i in runs["run_id"]]
     steps = query.steps(engine, ids)
     steps = steps[steps["step"] >= warmup]
+    mean_step = _mean_step(steps)    # before "seconds" is made forward + backward below
     steps = steps.assign(seconds=steps["forward"] + steps["backward"])
     info = runs.set_index("run_id")
     threads = info["threads_per_node"] // info["workers_per_node"]
@@ -87,7 +93,14 @@ def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> Stud
                      step_stats=_from(query.step_stats(engine, ids), "step", warmup),
                      rounds=_from(query.rounds(engine, ids), "round", warmup),
                      step_bytes=bytes_per_step(events),
-                     grad_bytes=_grad_bytes(query.events(engine, ids, phases=["grad_ready"], steps=(warmup, warmup))))
+                     grad_bytes=_grad_bytes(query.events(engine, ids, phases=["grad_ready"], steps=(warmup, warmup))),
+                     step_seconds=mean_step)
+
+
+def _mean_step(steps: pd.DataFrame) -> pd.Series:
+    """Per run, rank 0's mean step seconds (as ``measured.measured_throughput`` takes it)."""
+    first = steps[steps["rank"] == 0]
+    return step_times(first).groupby(first["run_id"]).mean() if len(first) else pd.Series(dtype=float)
 
 
 def _grad_bytes(ready: pd.DataFrame) -> pd.Series:
