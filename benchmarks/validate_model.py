@@ -83,7 +83,25 @@ def main() -> None:
     ap.add_argument("--crowding-form", choices=("exchanges", "linear"), default="exchanges",
                     help="the oversubscription term: q (r-1)+ ceil(log2 P), the model's (default), or the "
                          "counterfactual q (r-1)+ without the exchange count (RESULTS.md reports both)")
+    ap.add_argument("--crowding-q", choices=("host", "per-algorithm", "none"), default="host",
+                    help="one q for the host (the model's, default), or the counterfactuals: one per algorithm, "
+                         "or no oversubscription term at all")
     args = ap.parse_args()
+    if args.crowding_q == "per-algorithm":
+        import functools
+
+        import perf_model.oversubscription
+
+        perf_model.oversubscription.fit_oversubscription = functools.partial(
+            perf_model.oversubscription.fit_oversubscription, per_algorithm=True)
+    if args.crowding_q == "none":
+        import perf_model.oversubscription
+        from perf_model.fit import FitError
+
+        def left_out(points):
+            raise FitError("left out (--crowding-q none)")
+
+        perf_model.oversubscription.fit_oversubscription = left_out
     if args.crowding_form == "linear":
         import numpy as np
 

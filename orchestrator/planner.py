@@ -43,11 +43,12 @@ def network_of(site):
 
 
 def host_of(site):
-    """The site's hosts as the model's oversubscription term sees them: cores each, and
-    whether every rank of a run shares one (the local provider)."""
+    """The site's hosts as the model's oversubscription term sees them: hardware threads
+    each (what the OS schedules ranks on: cores x threads_per_core), and whether every rank
+    of a run shares one (the local provider, or ``shared_host: true``: local_slurm)."""
     from perf_model.oversubscription import Host
 
-    return Host(int(site.cores_per_node), site.provider == "local")
+    return Host(int(site.max_threads_per_node), site.provider == "local" or bool(site.shared_host))
 
 
 def host_of_site_name(name: str):

@@ -61,6 +61,9 @@ class SiteConfig:
     max_concurrent_runs: int = 1   # runs in flight at once inside one allocation (Parsl block)
     max_runs_in_flight: int = 0    # runs in flight across all allocations of a sweep; 0 = no cap
     oversubscribe: bool = False  # allow more threads per node than hardware threads (this host, small tests)
+    # every "node" is the same machine (local_slurm's virtual nodes): a run's ranks all share its
+    # cores, which the performance model's oversubscription term counts (the local provider always is)
+    shared_host: bool = False
     scheduler_options: tuple[str, ...] = field(default_factory=tuple)
     worker_init: tuple[str, ...] = field(default_factory=tuple)
     # environment variables for the batch job and every rank (literal values, quoted when exported)
@@ -233,8 +236,9 @@ def load_site(name: str) -> SiteConfig:
         raw["allocation"], raw["allocation_nodes"] = check_allocation(
             "site.", raw.get("allocation", "per_size"), raw.get("allocation_nodes", 0), raw["provider"],
             raw.get("max_nodes"), path.stem)
-    if "oversubscribe" in raw and not isinstance(raw["oversubscribe"], bool):
-        raise ConfigError("site.oversubscribe", raw["oversubscribe"], "expected true or false")
+    for key in ("oversubscribe", "shared_host"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise ConfigError(f"site.{key}", raw[key], "expected true or false")
     if "description" in raw and not isinstance(raw["description"], str):
         raise ConfigError("site.description", raw["description"], "expected a string")
     for key in ("partition", "account"):

@@ -14,7 +14,8 @@ from sqlalchemy.engine import Engine
 from results_db.model_fits import store_model_fit
 
 from .bootstrap import DEFAULT_REPLICATES, bootstrap_params
-from .fit import FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler
+from .fit import (FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler,
+                  is_constant_compute)
 from .oversubscription import Host, fit_for_study
 from .predict import step_parts, term_params
 from .shape import workload_shapes
@@ -53,10 +54,13 @@ def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP,
     shapes = workload_shapes(data)
     if host_of is None:
         unfitted["oversubscription"] = "no site hosts given (cores per host unknown)"
-    elif "compute" in terms:
+    elif "compute" not in terms:
+        unfitted["oversubscription"] = "needs the compute term (the other terms' prediction of a step)"
+    else:
         try:
             as_dicts = {k: t.to_dict() for k, t in terms.items()}
-            terms["oversubscription"] = fit_for_study(data, term_params(as_dicts), shapes, host_of, step_parts)
+            terms["oversubscription"] = fit_for_study(data, term_params(as_dicts), shapes, host_of, step_parts,
+                                                      is_constant_compute(as_dicts["compute"]))
         except FitError as exc:
             unfitted["oversubscription"] = str(exc)
     as_dicts = {k: t.to_dict() for k, t in terms.items()}

@@ -24,71 +24,93 @@ from .fit import FitError, Term, fit_oversubscription
 
 @dataclass(frozen=True)
 class Host:
-    """A site's hosts as far as crowding goes: cores each, and whether every rank of a run
-    lands on the same one (the ``local`` site: its "nodes" are this machine)."""
-    cores: int
+    """A site's hosts as far as crowding goes: hardware threads each (``cpus``: what the OS
+    schedules ranks on, cores x threads per core), and whether every rank of a run lands on
+    the same one (the ``local`` site, whose "nodes" are this machine, or a site file's
+    ``shared_host: true``)."""
+    cpus: int
     one_host: bool
 
     def ranks_per_core(self, nodes: int, workers_per_node: int) -> float:
         ranks = nodes * workers_per_node if self.one_host else workers_per_node
-        return ranks / max(self.cores, 1)
+        return ranks / max(self.cpus, 1)
 
     def to_params(self) -> dict[str, float]:
-        return {"cores_per_host": float(self.cores), "one_host": 1.0 if self.one_host else 0.0}
+        return {"cpus_per_host": float(self.cpus), "one_host": 1.0 if self.one_host else 0.0}
 
     @classmethod
     def from_params(cls, params: Mapping[str, float]) -> "Host | None":
-        if "cores_per_host" not in params:
+        if "cpus_per_host" not in params:
             return None
-        return cls(int(params["cores_per_host"]), bool(params.get("one_host", 0.0)))
+        return cls(int(params["cpus_per_host"]), bool(params.get("one_host", 0.0)))
 
 
 HostOf = Callable[[str], "Host | None"]
+COLUMNS = ["run_id", "algorithm", "ranks", "ranks_per_core", "residual", "step"]
 
 
 def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
-                    step_of: Callable[..., dict[str, float]]) -> tuple[pd.DataFrame, dict[str, Host]]:
+                    step_of: Callable[..., dict[str, float]], constant_compute: bool = False
+                    ) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
     ``ranks_per_core``, ``residual`` (its measured mean step less ``step_of``'s prediction
-    from the other terms), and the hosts seen by site name."""
-    if "allreduce" not in params and any(s.get("gradient_bytes") for s in shapes.values()):
+    from the other terms, at the run's own batch, threads and placement), ``step`` (the
+    measured mean step); the hosts seen by site name; and notes on runs left out.
+    ``constant_compute``: the compute term holds at the study's one batch size only, so runs
+    at another are left out."""
+    runs = data.runs.set_index("run_id")
+    multi = [i for i in data.step_seconds.index if int(runs.loc[i, "world_size"]) > 1
+             and str(runs.loc[i, "algorithm"]) in shapes]
+    if not multi:
+        raise FitError("need >= 1 multi-rank run to fit the oversubscription term")
+    if "allreduce" not in params and any(shapes[str(runs.loc[i, "algorithm"])].get("gradient_bytes") for i in multi):
         raise FitError("the oversubscription term needs the allreduce term (the other terms' prediction of a "
                        "multi-rank step)")
-    rows, hosts = [], {}
-    runs = data.runs.set_index("run_id")
-    for run_id, measured in data.step_seconds.items():
+    rows, hosts, unknown, off_batch = [], {}, set(), 0
+    for run_id in multi:
         run = runs.loc[run_id]
-        ranks, algorithm = int(run["world_size"]), str(run["algorithm"])
-        if ranks < 2 or algorithm not in shapes:
-            continue
         site = str(run["site"])
         if site not in hosts:
             hosts[site] = host_of(site)
         host = hosts[site]
         if host is None:
+            unknown.add(site)
             continue
+        algorithm = str(run["algorithm"])
         nodes, wpn = int(run["nodes"]), int(run["workers_per_node"])
-        shape = {**shapes[algorithm], "workers_per_node": wpn}
-        predicted = step_of(params, shape, algorithm, ranks, nodes, None, None)["step"]
-        rows.append({"run_id": int(run_id), "algorithm": algorithm, "ranks": ranks,
-                     "ranks_per_core": host.ranks_per_core(nodes, wpn), "residual": float(measured) - predicted})
-    return pd.DataFrame(rows, columns=["run_id", "algorithm", "ranks", "ranks_per_core", "residual"]), \
-        {k: v for k, v in hosts.items() if v is not None}
+        shape = {**shapes[algorithm], "workers_per_node": wpn, "batch_size": int(run["batch_size"]),
+                 "threads_per_worker": max(int(run["threads_per_node"]) // wpn, 1)}
+        if constant_compute and (shape["batch_size"], shape["threads_per_worker"]) != \
+                (shapes[algorithm]["batch_size"], shapes[algorithm]["threads_per_worker"]):
+            off_batch += 1     # a one-batch compute term says nothing of this run's compute
+            continue
+        measured = float(data.step_seconds[run_id])
+        predicted = step_of(params, shape, algorithm, int(run["world_size"]), nodes, None, None)["step"]
+        rows.append({"run_id": int(run_id), "algorithm": algorithm, "ranks": int(run["world_size"]),
+                     "ranks_per_core": host.ranks_per_core(nodes, wpn), "residual": measured - predicted,
+                     "step": measured})
+    notes = []
+    if unknown:
+        notes.append(f"runs of {', '.join(sorted(unknown))} left out: no site YAML says what their hosts are")
+    if off_batch:
+        notes.append(f"{off_batch} run(s) at another batch or thread count than the one-batch compute term left out")
+    return pd.DataFrame(rows, columns=COLUMNS), {k: v for k, v in hosts.items() if v is not None}, notes
 
 
 def fit_for_study(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
-                  step_of: Callable[..., dict[str, float]]) -> Term:
+                  step_of: Callable[..., dict[str, float]], constant_compute: bool = False) -> Term:
     """``fit.fit_oversubscription`` on the study's residuals, with the host it was fitted on
-    (``cores_per_host``, ``one_host``) stored beside q: a prediction without ``--site`` is for
+    (``cpus_per_host``, ``one_host``) stored beside q: a prediction without ``--site`` is for
     that host."""
-    points, hosts = residual_points(data, params, shapes, host_of, step_of)
+    points, hosts, notes = residual_points(data, params, shapes, host_of, step_of, constant_compute)
     if not hosts:
         raise FitError("the hosts of the study's sites are unknown (no site YAML found for "
-                       f"{', '.join(sorted(set(map(str, data.runs['site'])))) or 'its runs'}): "
-                       "ranks per core cannot be told")
+                       f"{', '.join(sorted(set(map(str, data.runs['site']))))}): ranks per core cannot be told")
     term = fit_oversubscription(points)
+    term = dataclasses.replace(term, notes=term.notes + tuple(notes))
     distinct = set(hosts.values())
     if len(distinct) > 1:
         return dataclasses.replace(term, notes=term.notes + (
-            f"runs on sites with different hosts ({', '.join(sorted(hosts))}): give --site to predict",))
+            f"runs on sites with different hosts ({', '.join(sorted(hosts))}): no host stored, so a prediction "
+            "without --site has no crowding; give --site",))
     return dataclasses.replace(term, params={**next(iter(distinct)).to_params(), **term.params})

@@ -16,9 +16,9 @@ A step of P ranks (``perf_model.terms``):
   all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
   fitted on this machine or taken from a site's ``network:`` (``Network``);
 - h, the measured hidden share of this algorithm; U its measured update;
-- O(P) = q (r - 1)^+ ceil(log2 P), what a host with r ranks per core adds
-  (``perf_model.oversubscription``): r from the fit's own host, or from ``--site``'s hosts,
-  where a rank has a core and O is 0.
+- O(P) = q (r - 1)^+ ceil(log2 P), what a host with r ranks per hardware thread adds
+  (``perf_model.oversubscription``): r on the fit's own host, or on ``--site``'s hosts; O
+  is 0 where every rank has a hardware thread of its own.
 
 Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
 waits nor communicates. The band is the spread of T(P) over the fit's bootstrap replicates
@@ -131,7 +131,8 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
         comm = m * float(allreduce_messages(ranks)) * lat + 2 * (ranks - 1) / ranks * n / bw
     exposed = (1 - shape["hidden"]) * comm
     update = shape["update_seconds"]
-    q = params.get("oversubscription", {}).get(f"q_{algorithm}", 0.0)
+    crowd = params.get("oversubscription", {})
+    q = crowd.get(f"q_{algorithm}", crowd.get("q", 0.0))   # one per algorithm (a counterfactual fit), or the host's
     crowding = float(oversubscription_seconds(ranks, host.ranks_per_core(nodes, shape["workers_per_node"]), q)) \
         if host is not None and q and ranks > 1 else 0.0
     return {"compute": c, "wait": wait, "comm": exposed, "update": update, "crowding": crowding,

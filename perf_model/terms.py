@@ -19,8 +19,8 @@ A synchronous data-parallel step on P ranks, each with batch b and t threads, la
   2(P - 1) latencies: at 4,096 ranks 8,190 against 24.)
 - h: the share of the allreduce hidden behind backprop (overlap), from the timeline.
 - U: the weight update.
-- O(P) = q (r - 1)^+ ceil(log2 P), where r is ranks per core of a host: what a host with
-  more ranks than cores adds (``oversubscription_seconds``). Zero where each rank has a core.
+- O(P) = q (r - 1)^+ ceil(log2 P), where r is ranks per hardware thread of a host: what a
+  host with more ranks than hardware threads adds (``oversubscription_seconds``). Zero where each rank has a core.
 
 Throughput is P * b / T(P); efficiency (C + U) / T(P), against a rank that neither waits
 nor communicates (``perf_model.predict``; without injected sleeps it is T(1) / T(P)).
@@ -84,17 +84,18 @@ def step_seconds(ranks, batch, threads, nbytes, *, c0: float, c1: float, alpha: 
 
 
 def oversubscription_seconds(ranks, ranks_per_core, q: float):
-    """O(P) = q (r - 1)^+ ceil(log2 P): the time a host with r ranks per core adds to a step.
+    """O(P) = q (r - 1)^+ ceil(log2 P): the time a host with r ranks per hardware thread adds
+    to a step.
 
-    Why this form: with more ranks than cores, every rank that communicates or waits is
-    runnable (MPICH's ranks spin in their collectives), and each of a round's ceil(log2 P)
-    exchanges in sequence must wait for its peer to be given a core, about (r - 1) turns of
-    the others. q is what one such wait costs a step of the algorithm (its
-    collectives, rounds and engine wake-ups), fitted per algorithm on the steps the other
-    terms leave unexplained (``fit.fit_oversubscription``). On a host of 2 cores the median
-    post-backward collective took 2.5, 7.9 and 18 ms at 8, 16 and 32 ranks: 6, 8 and 10
-    messages of about (r - 1) x 0.1 ms. It is zero where every rank has a core (r <= 1),
-    which is what a supercomputer's job gives; emulated ranks on a laptop need it."""
+    Why this form: with more ranks than hardware threads, every rank that communicates or
+    waits is runnable, and each of a round's ceil(log2 P) exchanges in sequence must wait
+    for its peer to be given a core, about (r - 1) turns of the others. q is what one such
+    wait costs a step (its collectives, rounds and engine wake-ups), fitted once for the
+    host on the steps the other terms leave unexplained (``fit.fit_oversubscription``). On
+    a host of 2 cores the median post-backward collective took 2.5, 7.9 and 18 ms at 8, 16
+    and 32 ranks: 6, 8 and 10 messages (2 ceil(log2 P): q absorbs the 2) of (r - 1) x
+    0.12-0.14 ms each. It is zero where every rank has a hardware thread (r <= 1), as a
+    supercomputer's job gives; emulated ranks on a laptop need it."""
     p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     r = np.asarray(ranks_per_core, dtype=float)
     return q * np.maximum(r - 1.0, 0.0) * np.ceil(np.log2(p))

@@ -7,10 +7,11 @@ equations (``test_perf_predict``)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
-from perf_model.terms import allreduce_seconds, compute_seconds, oversubscription_seconds
+from perf_model.terms import allreduce_seconds, compute_seconds
 
 C0, C1, SIGMA, LATENCY, BANDWIDTH = 0.004, 0.002, 0.001, 1e-5, 2e9
 BUFFERS = (4e3, 4e5, 4e7)
@@ -18,12 +19,12 @@ STEPS = 100
 
 
 def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (16, 4), (32, 2), (32, 4)),
-                algorithm: str = "sync", seed: int = 1, overhead: float = 10.0, crowding: float = 0.0,
-                cores: int = 2) -> list[int]:
+                algorithm: str = "sync", seed: int = 1, overhead: float = 10.0,
+                comm_wait: Callable[[int], float] | None = None) -> list[int]:
     """Runs of ``(batch, ranks)`` on one node each (run folder ``/nowhere``), each with
-    ``overhead`` seconds of start-up beside its steps; returns their run ids. ``crowding``:
-    q of the oversubscription term, its O(P) added to every rank's ``comm_wait`` for P
-    ranks sharing ``cores`` (the local site's hosts, on which these runs are recorded)."""
+    ``overhead`` seconds of start-up beside its steps; returns their run ids. ``comm_wait``:
+    seconds every rank of a P-rank run waits in each step (default none), e.g. the wait and
+    communication the model predicts plus its oversubscription term."""
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
@@ -41,13 +42,13 @@ def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (1
             s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=1.0, steps=STEPS,
                                                                    wall_seconds=20.0 + overhead, train_seconds=20.0))
             mean = float(compute_seconds(b, 1, C0, C1, 0.0))
-            crowded = float(oversubscription_seconds(p, p / cores, crowding))
+            waited = float(comm_wait(p)) if comm_wait else 0.0
             for k in range(STEPS):
                 t = float(k)
                 for r in range(p):
                     c = mean + SIGMA * rng.standard_normal()
                     s.add(Step(run_id=d.run_id, rank=r, step=k, epoch=0, samples=b, t_start=t, data=0.0,
-                               forward=c / 3, backward=2 * c / 3, comm_wait=crowded, update=0.0))
+                               forward=c / 3, backward=2 * c / 3, comm_wait=waited, update=0.0))
                     # backward ends at t on every rank: the collectives below start after it
                     s.add(Event(run_id=d.run_id, rank=r, step=k, tensor="-", phase="backward", t0=t - 0.01, t1=t,
                                 bytes=0))

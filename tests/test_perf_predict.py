@@ -182,11 +182,12 @@ def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
     table = pd.read_csv(tmp / "fig" / "prediction-sync-theta.csv")
     assert (tmp / "fig" / "prediction-sync-theta.png").stat().st_size > 10_000
     # the CLI's numbers are predict()'s, on the stored fit and Theta's network
-    from orchestrator.planner import network_of
+    from orchestrator.planner import host_of, network_of
     from orchestrator.sites import load_site
 
     fit = latest_model_fit(connect(url), "syn")
-    again = predict(fit, "sync", [1, 2, 4, 8, 16], 4, network_of(load_site("theta")))
+    theta = load_site("theta")
+    again = predict(fit, "sync", [1, 2, 4, 8, 16], 4, network_of(theta), host=host_of(theta))
     assert np.allclose(table["step_seconds"], again["step_seconds"])
     assert (table["throughput_low"] <= table["throughput"]).all() and (table["throughput"] <= table["throughput_high"]).all()
     # errors: one line, exit 2
@@ -265,13 +266,14 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     predicted = [float(m) for m in re.findall(r"predicted: ([\d.]+) min", text)]
-    from orchestrator.planner import network_of, predicted_run_seconds
+    from orchestrator.planner import host_of, network_of, predicted_run_seconds
     from orchestrator.sites import load_site
     from results_db import connect
     from results_db.model_fits import latest_model_fit
 
     fit = latest_model_fit(connect(url), "syn")
-    expected = [predicted_run_seconds(fit, "sync", n, 4, 100000, network_of(load_site("polaris")), 16, 1) / 60
+    polaris = load_site("polaris")
+    expected = [predicted_run_seconds(fit, "sync", n, 4, 100000, network_of(polaris), 16, 1, host_of(polaris)) / 60
                 for n in (16, 32)]
     assert predicted == pytest.approx(expected, abs=0.05)
     [wall] = re.findall(r"walltime (\d\d:\d\d:\d\d) per batch job from the predicted run times", text)
