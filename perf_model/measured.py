@@ -18,15 +18,20 @@ def step_times(steps: pd.DataFrame) -> pd.Series:
     return steps["seconds"].fillna(phases) if "seconds" in steps else phases
 
 
+def rank0_steps(steps: pd.DataFrame, warmup: int) -> pd.DataFrame:
+    """Per run (index run_id): ``mean`` and ``count`` of rank 0's step seconds from step
+    ``warmup`` on: the footing of a measured throughput, and of the model's step residuals."""
+    first = steps[(steps["rank"] == 0) & (steps["step"] >= warmup)]
+    return step_times(first).groupby(first["run_id"]).agg(["mean", "count"])
+
+
 def measured_throughput(engine: Engine, run_ids: Sequence[int], warmup: int) -> pd.DataFrame:
     """Per run: ranks, measured steps, mean step seconds of rank 0 after ``warmup``, and
     samples/s = global batch / that mean (rank 0's clock: every rank runs as many steps, and a
     synchronous round every few steps keeps eager-SGD's ranks together)."""
     runs = query.runs(engine, run_ids=list(run_ids)).set_index("run_id")
     steps = query.steps(engine, list(run_ids))
-    steps = steps[(steps["rank"] == 0) & (steps["step"] >= warmup)]
-    steps = steps.assign(t=step_times(steps))
-    per_run = steps.groupby("run_id")["t"].agg(["mean", "count"])
+    per_run = rank0_steps(steps, warmup)
     out = pd.DataFrame({"run_id": per_run.index, "ranks": per_run.index.map(runs["world_size"]),
                         "nodes": per_run.index.map(runs["nodes"]), "algorithm": per_run.index.map(runs["algorithm"]),
                         "steps": per_run["count"].to_numpy(), "step_seconds": per_run["mean"].to_numpy()})

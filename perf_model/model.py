@@ -17,7 +17,7 @@ from .bootstrap import DEFAULT_REPLICATES, bootstrap_params
 from .fit import (FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler,
                   is_constant_compute)
 from .oversubscription import Host, fit_for_study
-from .predict import step_parts, term_params
+from .predict import term_params
 from .shape import workload_shapes
 from .study import DEFAULT_WARMUP, StudyData, load_study
 
@@ -59,7 +59,7 @@ def fit_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP,
     else:
         try:
             as_dicts = {k: t.to_dict() for k, t in terms.items()}
-            terms["oversubscription"] = fit_for_study(data, term_params(as_dicts), shapes, host_of, step_parts,
+            terms["oversubscription"] = fit_for_study(data, term_params(as_dicts), shapes, host_of,
                                                       is_constant_compute(as_dicts["compute"]))
         except FitError as exc:
             unfitted["oversubscription"] = str(exc)

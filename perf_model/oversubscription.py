@@ -50,14 +50,15 @@ COLUMNS = ["run_id", "algorithm", "ranks", "ranks_per_core", "residual", "step"]
 
 
 def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
-                    step_of: Callable[..., dict[str, float]], constant_compute: bool = False
-                    ) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
+                    constant_compute: bool = False) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
-    ``ranks_per_core``, ``residual`` (its measured mean step less ``step_of``'s prediction
+    ``ranks_per_core``, ``residual`` (its measured mean step less ``predict.step_parts``'
     from the other terms, at the run's own batch, threads and placement), ``step`` (the
     measured mean step); the hosts seen by site name; and notes on runs left out.
     ``constant_compute``: the compute term holds at the study's one batch size only, so runs
     at another are left out."""
+    from .predict import step_parts   # predict imports Host from here
+
     runs = data.runs.set_index("run_id")
     multi = [i for i in data.step_seconds.index if int(runs.loc[i, "world_size"]) > 1
              and str(runs.loc[i, "algorithm"]) in shapes]
@@ -85,7 +86,7 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
             off_batch += 1     # a one-batch compute term says nothing of this run's compute
             continue
         measured = float(data.step_seconds[run_id])
-        predicted = step_of(params, shape, algorithm, int(run["world_size"]), nodes, None, None)["step"]
+        predicted = step_parts(params, shape, algorithm, int(run["world_size"]), nodes, None, None)["step"]
         rows.append({"run_id": int(run_id), "algorithm": algorithm, "ranks": int(run["world_size"]),
                      "ranks_per_core": host.ranks_per_core(nodes, wpn), "residual": measured - predicted,
                      "step": measured})
@@ -98,11 +99,11 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
 
 
 def fit_for_study(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
-                  step_of: Callable[..., dict[str, float]], constant_compute: bool = False) -> Term:
+                  constant_compute: bool = False) -> Term:
     """``fit.fit_oversubscription`` on the study's residuals, with the host it was fitted on
     (``cpus_per_host``, ``one_host``) stored beside q: a prediction without ``--site`` is for
     that host."""
-    points, hosts, notes = residual_points(data, params, shapes, host_of, step_of, constant_compute)
+    points, hosts, notes = residual_points(data, params, shapes, host_of, constant_compute)
     if not hosts:
         raise FitError("the hosts of the study's sites are unknown (no site YAML found for "
                        f"{', '.join(sorted(set(map(str, data.runs['site']))))}): ranks per core cannot be told")

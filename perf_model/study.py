@@ -8,20 +8,20 @@
   the time a rank waited for a late peer;
 - straggler: each rank's compute per step, per run;
 - overlap: ``step_stats.hidden_fraction``; participation: eager-SGD's rounds;
-- oversubscription: per run, rank 0's mean step (``measured.step_times``), the footing
+- oversubscription: per run, rank 0's mean step (``measured.rank0_steps``), the footing
   of a measured throughput, against which the other terms' prediction is compared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 from sqlalchemy.engine import Engine
 
 from results_db import query
 
-from .measured import step_times
+from .measured import rank0_steps
 
 DEFAULT_WARMUP = 5
 
@@ -36,7 +36,7 @@ class StudyData:
     rounds: pd.DataFrame
     step_bytes: pd.DataFrame    # run_id, step, bytes: what a step's collectives reduced, in all
     grad_bytes: pd.Series       # run_id -> gradient bytes of one step (grad_ready stamps)
-    step_seconds: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))  # run_id -> rank 0's mean step
+    step_seconds: pd.Series     # run_id -> rank 0's mean step (measured.rank0_steps)
 
 
 def collective_times(events: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
@@ -81,7 +81,7 @@ def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> Stud
     ids = [int(i) for i in runs["run_id"]]
     steps = query.steps(engine, ids)
     steps = steps[steps["step"] >= warmup]
-    mean_step = _mean_step(steps)    # before "seconds" is made forward + backward below
+    mean_step = rank0_steps(steps, warmup)["mean"]   # before "seconds" is made forward + backward below
     steps = steps.assign(seconds=steps["forward"] + steps["backward"])
     info = runs.set_index("run_id")
     threads = info["threads_per_node"] // info["workers_per_node"]
@@ -95,12 +95,6 @@ def load_study(engine: Engine, study: str, warmup: int = DEFAULT_WARMUP) -> Stud
                      step_bytes=bytes_per_step(events),
                      grad_bytes=_grad_bytes(query.events(engine, ids, phases=["grad_ready"], steps=(warmup, warmup))),
                      step_seconds=mean_step)
-
-
-def _mean_step(steps: pd.DataFrame) -> pd.Series:
-    """Per run, rank 0's mean step seconds (as ``measured.measured_throughput`` takes it)."""
-    first = steps[steps["rank"] == 0]
-    return step_times(first).groupby(first["run_id"]).mean() if len(first) else pd.Series(dtype=float)
 
 
 def _grad_bytes(ready: pd.DataFrame) -> pd.Series:

@@ -46,6 +46,7 @@ def test_the_template_is_a_valid_site(tmp_path):
     (BASE + "worker_init: ['source \"$HOME/venv\"']\n", "shell metacharacters"),
     (BASE + "scheduler_options: ['--constraint=cpu; id']\n", "expected flags"),
     (BASE + "queue: a\npartition: b\n", "not both"),
+    (BASE + "shared_host: 'yes'\n", "site.shared_host='yes': expected true or false"),
     (BASE + "max_runs_in_flight: -1\n", "site.max_runs_in_flight=-1: expected an integer >= 0"),
     (BASE + "env: [A, B]\n", "site.env=['A', 'B']: expected a mapping"),
     (BASE + "env: {'X; id': 1}\n", "site.env.X; id=1: not an environment variable name"),
