@@ -32,14 +32,17 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def start_workload(spec: dict[str, Any], ranks: int) -> tuple[subprocess.Popen, Path]:
-    """Start one real MPI run of the workload (``mpiexec -n ranks``); its process and run folder."""
+def start_workload(spec: dict[str, Any], ranks: int, cpus: str | None = None) -> tuple[subprocess.Popen, Path]:
+    """Start one real MPI run of the workload (``mpiexec -n ranks``); its process and run folder.
+    ``cpus``: a ``taskset -c`` CPU list every rank is pinned to (the ranks record it)."""
     base = {"study": "bench", "site": "local", "nodes": 1, "workers_per_node": ranks,
             "threads_per_node": ranks, "epochs": 1}
     run_dir = Path(tempfile.mkdtemp(prefix="bench-"))
     (run_dir / "spec.json").write_text(json.dumps({**base, **spec}))
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     cmd = [str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "workloads", str(run_dir / "spec.json")]
+    if cpus is not None:
+        cmd = ["taskset", "-c", cpus, *cmd]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), run_dir
 
 

@@ -1,6 +1,7 @@
 """Validate the performance model (issue 15, item 4) on the runs ``validate_model_runs.py`` stored.
 
-    python benchmarks/validate_model.py --db /tmp/validate.db [--warmup 10]
+    python benchmarks/validate_model.py --db /tmp/validate.db [--warmup 10] [--pinned exclude|include]
+        [--crowding-q host|per-algorithm|none] [--crowding-form exchanges|linear]
 
 1. Fit on ``validate-small`` (emulated, 2-8 ranks), predict 2-32 ranks per algorithm, and
    compare with the measured throughput of ``validate-small`` (in sample) and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
 
 import pandas as pd
 
@@ -38,8 +40,35 @@ def measured_parts(engine, run_ids, warmup: int) -> pd.DataFrame:
                          "rest": g["t"].mean() - g["compute"].mean() - g["update"].mean() - g["data"].mean()})
 
 
+def with_pinned_in_fit_set(db: str) -> str:
+    """A scratch copy of ``db`` whose validate-pinned runs belong to validate-small: the fit
+    set with the pinned runs in it (``--pinned include``), the stored runs left as they are."""
+    import shutil
+    import sqlite3
+    import tempfile
+
+    copy = Path(tempfile.mkdtemp(prefix="validate-pinned-")) / "fit.db"
+    shutil.copy(db, copy)
+    with sqlite3.connect(copy) as con:
+        ids = dict(con.execute("select name, id from studies where name in ('validate-small', 'validate-pinned')"))
+        if "validate-pinned" not in ids:
+            raise SystemExit(f"{db}: no validate-pinned runs (run validate_model_runs.py with --pinned)")
+        con.execute("update runs set study_id = ? where study_id = ?", (ids["validate-small"], ids["validate-pinned"]))
+    print(f"--pinned include: fitting on a copy, {copy}")
+    return str(copy)
+
+
+def _host_cpus(engine, run_ids) -> pd.Series:
+    """Each run's recorded CPUs (0 where it recorded none)."""
+    from results_db import query
+
+    runs = query.runs(engine, columns=["run_id", "host_cpus"], run_ids=list(run_ids)).set_index("run_id")
+    return runs["host_cpus"].fillna(0).astype(int).rename("cpus")
+
+
 def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=None, label: str = "") -> list[dict]:
     from perf_model.measured import measured_throughput
+    from perf_model.oversubscription import Host
     from perf_model.predict import predict
 
     rows = []
@@ -47,12 +76,17 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
         measured = measured_throughput(engine, ids, warmup)
         parts = measured_parts(engine, ids, warmup)
         measured = measured.join(parts, on="run_id")
-        for (algorithm, ranks), group in measured.groupby(["algorithm", "ranks"]):
+        measured = measured.join(_host_cpus(engine, ids), on="run_id")
+        fit_host = Host.from_params(fit["terms"].get("oversubscription", {}).get("params", {}))
+        for (algorithm, ranks, cpus), group in measured.groupby(["algorithm", "ranks", "cpus"]):
             if algorithm not in (fit.get("workloads") or {}):
                 continue
-            [pred] = predict(fit, algorithm, [ranks], 1, network).to_dict("records")
+            # a run pinned to fewer CPUs than the fit's host is predicted on those
+            host = Host(int(cpus), fit_host.one_host) if fit_host and 0 < cpus < fit_host.cpus else None
+            [pred] = predict(fit, algorithm, [ranks], 1, network, host=host).to_dict("records")
             m = float(group["throughput"].median())
-            rows.append({"set": study, "algorithm": algorithm, "ranks": int(ranks), "runs": len(group),
+            rows.append({"set": study + (f" ({int(cpus)} cpu)" if host else ""), "algorithm": algorithm,
+                         "ranks": int(ranks), "runs": len(group),
                          "steps": int(group["steps"].median()), "measured": m,
                          "spread": f"{group['throughput'].min():.0f}-{group['throughput'].max():.0f}",
                          "predicted": pred["throughput"],
@@ -65,11 +99,11 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
                          "update": (pred["update_seconds"], float(group["update"].median())),
                          "data": float(group["data"].median())})
     print(f"\n{label}")
-    print(f"{'set':15s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
+    print(f"{'set':22s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
           f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm+crowding | update; data")
     for r in rows:
         parts = " | ".join(f"{r[k][0] * 1e3:6.1f}/{r[k][1] * 1e3:6.1f}" for k in ("compute", "rest", "update"))
-        print(f"{r['set']:15s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
+        print(f"{r['set']:22s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
               f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}; "
               f"{r['data'] * 1e3:.1f}; crowding predicted {r['crowding'] * 1e3:.1f}")
     return rows
@@ -86,6 +120,9 @@ def main() -> None:
     ap.add_argument("--crowding-q", choices=("host", "per-algorithm", "none"), default="host",
                     help="one q for the host (the model's, default), or the counterfactuals: one per algorithm, "
                          "or no oversubscription term at all")
+    ap.add_argument("--pinned", choices=("exclude", "include"), default="exclude",
+                    help="fit on validate-small alone (the model's fit set, default), or with the validate-pinned "
+                         "runs (4 and 8 ranks on 1 CPU) added to it, fitted in a scratch copy of --db")
     args = ap.parse_args()
     if args.crowding_q == "per-algorithm":
         import functools
@@ -121,7 +158,10 @@ def main() -> None:
     from results_db import connect, query
     from results_db.model_fits import latest_model_fit
 
-    engine = connect(f"sqlite:///{args.db}")
+    db = args.db
+    if args.pinned == "include":
+        db = with_pinned_in_fit_set(args.db)
+    engine = connect(f"sqlite:///{db}")
 
     def ids(study: str) -> list[int]:
         runs = query.runs(engine, study=study, where="status=done")
@@ -131,9 +171,10 @@ def main() -> None:
     fit = latest_model_fit(engine, "validate-small")
     for name, term in fit["terms"].items():
         print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items()))
-    rows = compare(engine, fit, {"validate-small": ids("validate-small"), "validate-large": ids("validate-large")},
+    sets = {name: ids(name) for name in ("validate-small", "validate-pinned", "validate-large")}
+    rows = compare(engine, fit, {k: v for k, v in sets.items() if v},
                    args.warmup, label="1. fit on emulated 2-8 ranks (validate-small), predict 2-32")
-    out = [r for r in rows if r["set"] == "validate-large"]
+    out = [r for r in rows if r["set"].startswith("validate-large")]
     if out:
         worst = max(out, key=lambda r: abs(r["error"]))
         print(f"out of sample: median |error| {statistics.median(abs(r['error']) for r in out):.1%}, worst "

@@ -1,14 +1,19 @@
 """The runs the performance model is validated on (issue 15, item 4), stored in one SQLite file.
 
     python benchmarks/validate_model_runs.py --db /tmp/validate.db [--model resnet20] [--batch-size 32]
-        [--steps 40] [--warmup 10] [--repeats 2] [--algorithms sync,eager_solo,eager_majority,horovod]
+        [--steps 40] [--warmup 10] [--repeats 2] [--small-repeats 1] [--pinned]
+        [--algorithms sync,eager_solo,eager_majority,horovod]
 
 Studies written (``benchmarks/validate_model.py`` fits and predicts from them):
 
 - ``validate-profile``: real 1-rank runs with ``timeline=true`` (``--repeats``), two at a time
   so the profile feels a node whose cores both compute; their pooled profile drives every
   emulated run, and they are the 1-rank fit set for the real 1 -> 2 prediction;
-- ``validate-small``: emulated runs at 2, 4 and 8 ranks, one per algorithm and size (the fit set);
+- ``validate-small``: emulated runs at 2, 4 and 8 ranks, ``--small-repeats`` per algorithm and
+  size (the fit set);
+- ``validate-pinned`` (with ``--pinned``): emulated runs at 4 and 8 ranks pinned to one of the
+  2 CPUs (``taskset -c 0``: up to 8 ranks per CPU, the crowding of 16 ranks on both), one per
+  algorithm and size: ``validate_model.py --pinned include`` adds them to the fit set;
 - ``validate-large``: emulated runs at 16 and 32 ranks, ``--repeats`` each (what is predicted);
 - ``validate-real2``: real 2-rank ``sync`` runs, ``--repeats`` (the real prediction's check).
 
@@ -37,6 +42,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40, help="measured steps per run, after --warmup")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--small-repeats", type=int, default=1, help="runs per algorithm and size of the fit set")
+    ap.add_argument("--pinned", action="store_true", help="also the validate-pinned runs (4 and 8 ranks on 1 CPU)")
     ap.add_argument("--algorithms", default="sync,eager_solo,eager_majority,horovod")
     args = ap.parse_args()
 
@@ -80,10 +87,18 @@ def main() -> None:
     delay_ms = round(c * 1e3, 1)
     print(f"profile {profile_path}: C = {c * 1e3:.1f} ms; injected D = {delay_ms} ms", flush=True)
 
-    for ranks in (2, 4, 8):
-        for algorithm in algorithms:
-            run = store("validate-small", finish_workload(*start_workload(emulated(ranks, algorithm, delay_ms, 0), ranks)))
-            print(f"  small: {algorithm} {ranks} ranks -> run {run}", flush=True)
+    for r in range(args.small_repeats):
+        for ranks in (2, 4, 8):
+            for algorithm in algorithms:
+                run = store("validate-small", finish_workload(*start_workload(emulated(ranks, algorithm, delay_ms, r),
+                                                                              ranks)))
+                print(f"  small: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
+        if args.pinned and r == 0:
+            for ranks in (4, 8):
+                for algorithm in algorithms:
+                    run = store("validate-pinned", finish_workload(*start_workload(
+                        emulated(ranks, algorithm, delay_ms, 0), ranks, cpus="0")))
+                    print(f"  pinned: {algorithm} {ranks} ranks on CPU 0 -> run {run}", flush=True)
     for r in range(args.repeats):
         for ranks in (16, 32):
             for algorithm in algorithms:

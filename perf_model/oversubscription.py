@@ -9,6 +9,10 @@ a site where every rank has a core (``Host.ranks_per_core`` <= 1) leaves it out.
 
 The model package reads no site files: the caller says what a run's site's hosts are
 (``host_of``: site name -> ``Host``), as ``scalestudy model fit`` does from the site YAML.
+A run that recorded its ranks' CPU affinity (``runs.host_cpus``) counts its ranks per core
+on those CPUs instead: a run pinned to fewer (``taskset``, a launcher's binding, a cgroup)
+was more crowded than its site's cores say, which is how a study of <= 8 ranks on a 2-core
+host reaches the crowding of 16 ranks (benchmarks/validate_model_runs.py).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
                     constant_compute: bool = False) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
     ``ranks_per_core``, ``residual`` (its measured mean step less ``predict.step_parts``'
-    from the other terms, at the run's own batch, threads and placement), ``step`` (the
+    from the other terms, at the run's own batch, threads and placement; ranks per core on the
+    CPUs the run recorded, else the site's), ``step`` (the
     measured mean step); the hosts seen by site name; and notes on runs left out.
     ``constant_compute``: the compute term holds at the study's one batch size only, so runs
     at another are left out."""
@@ -79,6 +84,9 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
             continue
         algorithm = str(run["algorithm"])
         nodes, wpn = int(run["nodes"]), int(run["workers_per_node"])
+        seen = run.get("host_cpus")
+        if seen is not None and pd.notna(seen) and int(seen) > 0:
+            host = Host(int(seen), host.one_host)   # what the run's ranks could run on, not the site file's
         shape = {**shapes[algorithm], "workers_per_node": wpn, "batch_size": int(run["batch_size"]),
                  "threads_per_worker": max(int(run["threads_per_node"]) // wpn, 1)}
         if constant_compute and (shape["batch_size"], shape["threads_per_worker"]) != \

@@ -166,6 +166,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if run.ingested_at is not None:
             return False
         hosts: list[str] = []
+        host_cpus: dict[str, set[int]] = {}     # hostname -> the union of its ranks' affinities
         versions: dict[str, Any] | None = None
         steps = RowSink(session, "steps", ("run_id", "rank", *_STEP_FIELDS))
         events = RowSink(session, "events", _EVENT_COLUMNS)
@@ -208,6 +209,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                 if host not in hosts:
                     hosts.append(host)
                 versions = versions or start.get("versions")
+                if isinstance(start.get("cpus"), list):
+                    host_cpus.setdefault(str(start.get("host", "?")), set()).update(start["cpus"])
                 session.execute(insert(RankSummary), [{
                     "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
                     "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
@@ -221,6 +224,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if events.written:
             _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)
+        # by hostname, not scheduler node: virtual nodes of one machine share its CPUs
+        run.host_cpus = min((len(c) for c in host_cpus.values()), default=None)
         if job_id:
             run.job_id = str(job_id)
         run.versions = versions

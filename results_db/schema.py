@@ -87,6 +87,9 @@ runs_table = Table(
     Column("driver", String(255)),                            # host:pid of the sweep driving it
     Column("heartbeat", Float),                               # epoch seconds, refreshed while driven
     Column("hosts", Text),
+    # CPUs the ranks on the run's most crowded host could run on (the union of that host's
+    # ranks' affinities, run_start ``cpus``): the performance model's ranks per core
+    Column("host_cpus", Integer),
     Column("versions", JSON),
     Column("throughput", Float),
     Column("train_seconds", Float),

@@ -20,11 +20,13 @@ STEPS = 100
 
 def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (16, 4), (32, 2), (32, 4)),
                 algorithm: str = "sync", seed: int = 1, overhead: float = 10.0,
-                comm_wait: Callable[[int], float] | None = None) -> list[int]:
-    """Runs of ``(batch, ranks)`` on one node each (run folder ``/nowhere``), each with
-    ``overhead`` seconds of start-up beside its steps; returns their run ids. ``comm_wait``:
-    seconds every rank of a P-rank run waits in each step (default none), e.g. the wait and
-    communication the model predicts plus its oversubscription term."""
+                comm_wait: Callable[[int, int | None], float] | None = None) -> list[int]:
+    """Runs of ``(batch, ranks)`` or ``(batch, ranks, host_cpus)`` (the CPUs its ranks could
+    run on, as a pinned run records them; else not recorded) on one node each (run folder
+    ``/nowhere``), each with ``overhead`` seconds of start-up beside its steps; returns their
+    run ids. ``comm_wait(P, host_cpus)``: seconds every rank of a P-rank run waits in each
+    step (default none), e.g. the wait and communication the model predicts plus its
+    oversubscription term."""
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
@@ -32,17 +34,19 @@ def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (1
     from results_db.schema import Event, Run, Step
     from workloads.spec import RunSpec
 
+    configs = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in configs]
     plans = [PlannedRun(f"{study}-k{i}", dataclasses.replace(RunSpec(study=study), batch_size=b, workers_per_node=p,
                                                               threads_per_node=p, algorithm=algorithm).to_dict(),
-                        "/nowhere") for i, (b, p) in enumerate(configs)]
+                        "/nowhere") for i, (b, p, _) in enumerate(configs)]
     decisions = register_runs(engine, study, plans)
     rng = np.random.default_rng(seed)
     with Session(engine) as s, s.begin():
-        for d, (b, p) in zip(decisions, configs):
+        for d, (b, p, cpus) in zip(decisions, configs):
             s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=1.0, steps=STEPS,
-                                                                   wall_seconds=20.0 + overhead, train_seconds=20.0))
+                                                                   wall_seconds=20.0 + overhead, train_seconds=20.0,
+                                                                   host_cpus=cpus))
             mean = float(compute_seconds(b, 1, C0, C1, 0.0))
-            waited = float(comm_wait(p)) if comm_wait else 0.0
+            waited = float(comm_wait(p, cpus)) if comm_wait else 0.0
             for k in range(STEPS):
                 t = float(k)
                 for r in range(p):

@@ -76,13 +76,14 @@ def _crowded_study(engine, configs, known: float) -> None:
 
     from perf_synthetic import BANDWIDTH, LATENCY, SIGMA, write_study
 
-    write_study(engine, "plain", configs)
+    write_study(engine, "plain", [c[:2] for c in configs])
     shape = fit_study(engine, "plain", replicates=0)["workloads"]["sync"]
     m, n, h = shape["collectives_per_step"], shape["gradient_bytes"], shape["hidden"]
 
-    def waited(p: int) -> float:
+    def waited(p: int, cpus: int | None) -> float:
         comm = (m - 1) * 2 * math.ceil(math.log2(p)) * LATENCY + float(allreduce_seconds(n, p, LATENCY, BANDWIDTH))
-        return SIGMA * expected_max_normal(p) + (1 - h) * comm + float(oversubscription_seconds(p, p / 2, known))
+        return SIGMA * expected_max_normal(p) + (1 - h) * comm + float(oversubscription_seconds(p, p / (cpus or 2),
+                                                                                               known))
 
     write_study(engine, "crowded", configs, comm_wait=waited)
 
@@ -112,6 +113,41 @@ def test_fit_through_the_database_recovers_a_known_q(tmp_path):
     write_study(engine, "alone", ((8, 1), (16, 1)))
     alone = fit_study(engine, "alone", replicates=0, host_of=host_of_site_name)
     assert "need >= 1 multi-rank run" in alone["unfitted"]["oversubscription"]
+
+
+def test_a_run_pinned_to_fewer_cpus_counts_its_crowding_on_them(tmp_path):
+    """Runs that recorded the CPUs their ranks could use (``runs.host_cpus``: 8 ranks on 1 of
+    the local site's 2 cores) are as crowded as 16 ranks on both: the fit counts their ranks
+    per core on the recorded CPUs and recovers q, and the host stored for predictions stays
+    the site's (2 cores), not the pinned runs'. Read on the site's cores instead, the pinned
+    runs' crowding would be put down to half the ranks per core and q overestimated."""
+    from perf_model.model import fit_study
+    from perf_model.oversubscription import residual_points
+    from perf_model.predict import term_params
+    from perf_model.study import load_study
+    from orchestrator.planner import host_of_site_name
+    from results_db import connect
+
+    known = 0.004
+    engine = connect(f"sqlite:///{tmp_path / 'pin.db'}")
+    _crowded_study(engine, ((8, 2), (8, 4), (8, 8, 1), (16, 2), (16, 4, 1), (16, 8, 1)), known)
+    fit = fit_study(engine, "crowded", replicates=0, host_of=host_of_site_name)
+    term = fit["terms"]["oversubscription"]
+    assert term["params"]["q"] == pytest.approx(known, rel=0.05)
+    assert term["params"]["cpus_per_host"] == 2.0
+    points, _, _ = residual_points(load_study(engine, "crowded"), term_params(fit["terms"]), fit["workloads"],
+                                   host_of_site_name)
+    assert sorted(zip(points["ranks"], points["ranks_per_core"])) == [(2, 1.0), (2, 1.0), (4, 2.0), (4, 4.0),
+                                                                      (8, 8.0), (8, 8.0)]
+    # the same runs read on the site's 2 cores: the pinned runs' crowding lands on fewer ranks per core
+    from results_db.schema import Run
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).values(host_cpus=None))
+    unpinned = fit_study(engine, "crowded", replicates=0, host_of=host_of_site_name)
+    assert unpinned["terms"]["oversubscription"]["params"]["q"] > 1.3 * known
 
 
 def test_prediction_crowds_the_fit_host_and_not_a_site_with_cores(tmp_path):

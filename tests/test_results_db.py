@@ -206,6 +206,39 @@ def test_a_cut_off_last_line_is_skipped_and_the_run_marked_partial(engine, finis
     assert ingest_run(engine, d.run_id, run_dir) is False  # and still idempotent
 
 
+def _with_affinities(src, dst, cpus_and_hosts):
+    """A copy of run ``src`` whose ranks' run_start records say ``(cpus, host)``."""
+    shutil.copytree(src, dst)
+    for rank, (cpus, host) in enumerate(cpus_and_hosts):
+        path = dst / "metrics" / f"rank-{rank}.jsonl"
+        lines = path.read_text().splitlines()
+        start = json.loads(lines[0])
+        assert start["type"] == "run_start"
+        start.update(cpus=cpus, host=host, node=host)
+        path.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+    return dst
+
+
+def test_host_cpus_is_the_union_of_a_hosts_affinities_on_the_most_crowded_host(engine, finished_run, tmp_path):
+    """Two ranks bound to a core each on one host could use 2 CPUs between them; on two
+    hosts, the host whose ranks could use fewer decides; a run that recorded none has none."""
+    import os
+
+    cases = {"bound": ([[0], [1]], ["h", "h"], 2), "overlap": ([[0, 1], [1]], ["h", "h"], 2),
+             "two-hosts": ([[0, 1, 2], [5]], ["a", "b"], 1), "unrecorded": ([None, None], ["h", "h"], None)}
+    for key, (cpus, hosts, expected) in cases.items():
+        run_dir = _with_affinities(finished_run, tmp_path / key, list(zip(cpus, hosts)))
+        [d] = register_runs(engine, "s", [_plan(run_dir, key=key)])
+        assert ingest_run(engine, d.run_id, run_dir)
+        with Session(engine) as s:
+            assert s.get(Run, d.run_id).host_cpus == expected, key
+    # the real run's ranks recorded this process's affinity, which mpiexec passed on
+    [d] = register_runs(engine, "s", [_plan(finished_run, key="real")])
+    ingest_run(engine, d.run_id, finished_run)
+    assert query.runs(engine, columns=["run_id", "host_cpus"]).set_index("run_id").loc[d.run_id, "host_cpus"] == \
+        len(os.sched_getaffinity(0))
+
+
 def test_a_bad_line_in_the_middle_is_an_error_not_a_skip(engine, finished_run, tmp_path):
     run_dir = tmp_path / "copy"
     shutil.copytree(finished_run, run_dir)

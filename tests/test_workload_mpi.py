@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -89,6 +90,7 @@ def test_metrics_contract(finished_run):
         assert start["rank"] == rank and start["size"] == 2 and start["host"]
         assert {"torch", "mpi4py", "mpi_library"} <= set(start["versions"])
         assert start["threads"] == 1  # threads_per_node=2 shared by 2 workers
+        assert start["cpus"] == sorted(os.sched_getaffinity(0))   # mpiexec binds nothing: this process's
         steps = [r for r in records if r["type"] == "step"]
         assert [s["step"] for s in steps] == list(range(result["steps"]))
         for s in steps:

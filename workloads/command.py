@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import report
 from .failure import SETUP, record_failure
+from .metrics import cpu_affinity
 from .spec import RunSpec
 
 OUTPUT_DIR = "output"
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
                                                 "node": node, "pid": os.getpid(), "t": time.time(),
-                                                "command": program, "local_rank": local_rank})
+                                                "command": program, "local_rank": local_rank,
+                                                "cpus": cpu_affinity()})
     out_path = output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -19,6 +19,16 @@ RESULT_FILE = "result.json"
 METRICS_DIR = "metrics"
 
 
+def cpu_affinity() -> list[int] | None:
+    """The CPUs this rank may run on (its affinity as the launcher's binding, a cgroup or
+    ``taskset`` left it): how many ranks share a CPU is what the performance model's
+    crowding term needs (``perf_model.oversubscription``), and a site file cannot know it."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def _finite(fields: dict[str, Any]) -> dict[str, Any]:
     """NaN and infinities become null: JSON has no such numbers, and the strict reader that
     ingests the files refuses them (a diverged loss, an emulated run's unmeasured accuracy)."""

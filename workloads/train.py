@@ -26,7 +26,7 @@ from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .imbalance import DelayInjector
-from .metrics import MetricsWriter, write_result
+from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
 from .models import build_model
 from .spec import RunSpec
@@ -102,7 +102,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     writer.run_start(
         spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
         node=node_name(), job_id=scheduler_job_id(),
-        threads=torch.get_num_threads(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
+        threads=torch.get_num_threads(), cpus=cpu_affinity(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
     )
     try:
         outcome = _train_loop(spec, comm, clock, writer)
