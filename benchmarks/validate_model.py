@@ -151,12 +151,7 @@ def main() -> None:
         perf_model.fit.oversubscription_seconds = linear
         perf_model.predict.oversubscription_seconds = linear
 
-    from orchestrator.planner import host_of_site_name
-    from orchestrator.sites import load_site
-    from perf_model.model import fit_study
-    from perf_model.predict import Network
     from results_db import connect, query
-    from results_db.model_fits import latest_model_fit
 
     db = args.db
     if args.pinned == "include":
@@ -166,6 +161,18 @@ def main() -> None:
     def ids(study: str) -> list[int]:
         runs = query.runs(engine, study=study, where="status=done")
         return [int(i) for i in runs["run_id"]]
+
+    if not ids("validate-small"):   # a --real-only file: part 2 alone
+        print("no validate-small runs: part 1 left out")
+    else:
+        fit_small(engine, ids, args)
+    part_two(engine, ids, args)
+
+
+def fit_small(engine, ids, args) -> None:
+    from orchestrator.planner import host_of_site_name
+    from perf_model.model import fit_study
+    from results_db.model_fits import latest_model_fit
 
     fit_study(engine, "validate-small", args.warmup, args.replicates, host_of_site_name)
     fit = latest_model_fit(engine, "validate-small")
@@ -179,6 +186,14 @@ def main() -> None:
         worst = max(out, key=lambda r: abs(r["error"]))
         print(f"out of sample: median |error| {statistics.median(abs(r['error']) for r in out):.1%}, worst "
               f"{worst['error']:+.1%} ({worst['algorithm']}, {worst['ranks']} ranks)")
+
+
+def part_two(engine, ids, args) -> None:
+    from orchestrator.planner import host_of_site_name
+    from orchestrator.sites import load_site
+    from perf_model.model import fit_study
+    from perf_model.predict import Network
+    from results_db.model_fits import latest_model_fit
 
     fit_study(engine, "validate-profile", args.warmup, args.replicates, host_of_site_name)
     fit1 = latest_model_fit(engine, "validate-profile")

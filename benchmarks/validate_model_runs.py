@@ -1,7 +1,7 @@
 """The runs the performance model is validated on (issue 15, item 4), stored in one SQLite file.
 
     python benchmarks/validate_model_runs.py --db /tmp/validate.db [--model resnet20] [--batch-size 32]
-        [--steps 40] [--warmup 10] [--repeats 2] [--small-repeats 1] [--pinned]
+        [--steps 40] [--warmup 10] [--repeats 2] [--small-repeats 1] [--pinned] [--real-only]
         [--algorithms sync,eager_solo,eager_majority,horovod]
 
 Studies written (``benchmarks/validate_model.py`` fits and predicts from them):
@@ -15,7 +15,9 @@ Studies written (``benchmarks/validate_model.py`` fits and predicts from them):
   2 CPUs (``taskset -c 0``: up to 8 ranks per CPU, the crowding of 16 ranks on both), one per
   algorithm and size: ``validate_model.py --pinned include`` adds them to the fit set;
 - ``validate-large``: emulated runs at 16 and 32 ranks, ``--repeats`` each (what is predicted);
-- ``validate-real2``: real 2-rank ``sync`` runs, ``--repeats`` (the real prediction's check).
+- ``validate-real2``: real 2-rank ``sync`` runs, ``--repeats`` (the real prediction's check),
+  taken between the 16-32-rank runs, 25 min or more after the profile; ``--real-only`` takes
+  only the profile and these, interleaved (pair, 2 ranks, pair, ...).
 
 Every algorithm but ``sync`` runs under the paper's injection: each step one of P ranks,
 drawn with a shared seed, sleeps D = the profile's median forward + backward (D = 1 x C).
@@ -44,6 +46,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--small-repeats", type=int, default=1, help="runs per algorithm and size of the fit set")
     ap.add_argument("--pinned", action="store_true", help="also the validate-pinned runs (4 and 8 ranks on 1 CPU)")
+    ap.add_argument("--real-only", action="store_true",
+                    help="only the real 1 -> 2 rank check: validate-profile pairs and validate-real2 runs, "
+                         "interleaved (--repeats of each)")
     ap.add_argument("--algorithms", default="sync,eager_solo,eager_majority,horovod")
     args = ap.parse_args()
 
@@ -76,11 +81,27 @@ def main() -> None:
         return spec(ranks, algorithm=algorithm, compute="emulated", compute_profile=str(profile_path), seed=seed,
                     **injected)
 
+    def profile_pair(r: int) -> list[int]:
+        started = [start_workload({**spec(1, algorithm="sync"), "seed": r * 2 + i}, 1) for i in range(2)]
+        return [store("validate-profile", finish_workload(*run)) for run in started]
+
+    def real2(r: int) -> int:
+        run = store("validate-real2", finish_workload(*start_workload({**spec(2, algorithm="sync"), "seed": r}, 2)))
+        print(f"  real: sync 2 ranks, repeat {r + 1} -> run {run}", flush=True)
+        return run
+
+    if args.real_only:
+        # the 1 -> 2 rank check alone, its two sides interleaved (pair, 2 ranks, pair, ...) so
+        # that the VM's drift hits both alike
+        for r in range(args.repeats):
+            print(f"  profile pair {r + 1} -> runs {profile_pair(r)}", flush=True)
+            real2(r)
+        print(f"done: {args.db}")
+        return
     print(f"profile: {args.repeats} x two concurrent real 1-rank runs", flush=True)
     ids = []
     for r in range(args.repeats):
-        started = [start_workload({**spec(1, algorithm="sync"), "seed": r * 2 + i}, 1) for i in range(2)]
-        ids += [store("validate-profile", finish_workload(*run)) for run in started]
+        ids += profile_pair(r)
     profile = profile_of_runs(engine, ids, warmup=args.warmup)
     profile_path.write_text(profile.to_json())
     c = statistics.median(profile.forward) + statistics.median(profile.backward)
@@ -105,8 +126,7 @@ def main() -> None:
                 run = store("validate-large", finish_workload(*start_workload(
                     emulated(ranks, algorithm, delay_ms, r), ranks), timeout=1800))
                 print(f"  large: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
-        run = store("validate-real2", finish_workload(*start_workload({**spec(2, algorithm="sync"), "seed": r}, 2)))
-        print(f"  real: sync 2 ranks, repeat {r + 1} -> run {run}", flush=True)
+        real2(r)
     print(f"done: {args.db}")
 
 

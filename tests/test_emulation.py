@@ -51,8 +51,11 @@ def test_backward_hands_gradients_over_in_the_recorded_order_at_the_recorded_mom
     assert [n for n, _ in seen] == sorted(fractions, key=fractions.get)
     for (name, t), fraction in zip(seen, sorted(fractions.values())):
         assert t - tb >= fraction * 0.06 - 1e-3, (name, t - tb)  # not before its moment
-        assert t - tb < fraction * 0.06 + 0.03, (name, t - tb)   # nor long after (deadlines: no drift)
-    assert 0.06 <= t2 - tb < 0.1
+        # nor long after: each sleep is to a deadline from backward's start (50 ms of slack for
+        # a loaded 2-core CI machine; sleeping each fraction in turn instead would hand the last
+        # gradient over at 2.2 x 0.06 = 0.132 s, past its bound of 0.11 s)
+        assert t - tb < fraction * 0.06 + 0.05, (name, t - tb)
+    assert 0.06 <= t2 - tb < 0.06 + 0.05
     for name, p in model.named_parameters():                 # real gradients of the real shapes
         assert p.grad is not None and p.grad.shape == p.shape and not p.grad.any()
 
@@ -60,22 +63,27 @@ def test_backward_hands_gradients_over_in_the_recorded_order_at_the_recorded_mom
 def test_draws_come_from_the_recorded_steps_per_rank():
     profile = _profile(forward=(0.002, 0.012), backward=(0.001, 0.001))
 
-    def forward_times(rank):
+    def forward_draws(rank):
         model = _model()
-        emulate_compute(model, profile, seed=3, rank=rank, sample_input=torch.zeros(2, 4))
-        out = []
+        emulated = emulate_compute(model, profile, seed=3, rank=rank, sample_input=torch.zeros(2, 4))
+        times = []
         for _ in range(16):
             t0 = time.perf_counter()
             model(torch.zeros(2, 4))
-            out.append(time.perf_counter() - t0)
-        return out
+            times.append(time.perf_counter() - t0)
+        return emulated.drawn, times
 
-    r0, r1 = forward_times(0), forward_times(1)
-    for t in r0 + r1:
-        assert t >= 0.002
+    (d0, t0), (d1, t1) = forward_draws(0), forward_draws(1)
+    # each forward slept at least the recorded step it drew (a sleep can overshoot on a
+    # loaded machine, never fall short: only the lower bound is a timing assertion)
+    for drawn, times in ((d0, t0), (d1, t1)):
+        assert len(drawn) == 16
+        for i, t in zip(drawn, times):
+            assert t >= profile.forward[i]
     # both recorded steps are drawn, and the two ranks draw differently (their own RNGs)
-    assert min(r0) < 0.008 < max(r0)
-    assert [t > 0.008 for t in r0] != [t > 0.008 for t in r1]
+    assert set(d0) == {0, 1}
+    assert d0 != d1
+    assert forward_draws(0)[0] == d0   # and the same seed and rank draw the same again
 
 
 def test_profile_file_round_trips_and_bad_ones_are_refused(tmp_path):

@@ -119,6 +119,28 @@ def test_threads_per_worker_are_applied(tmp_path):
     assert start["threads"] == 2
 
 
+@NEEDS_HOROVOD
+def test_horovod_autotune_reaches_horovod_and_its_log_lands_in_the_run_folder(tmp_path, monkeypatch):
+    """autotune=true sets HOROVOD_AUTOTUNE: Horovod's parameter manager then scores samples of
+    cycle time and fusion threshold and logs each in the run folder; without it, no log.
+    (Warm-up and sample length shortened so that 40 steps hold several samples.)"""
+    monkeypatch.setenv("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "1")
+    monkeypatch.setenv("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "2")
+    monkeypatch.delenv("HOROVOD_AUTOTUNE_LOG", raising=False)
+    for autotune in (True, False):
+        spec = write_spec(tmp_path / f"a{autotune}", algorithm="horovod", autotune=autotune, workers_per_node=2,
+                          threads_per_node=2, steps_per_epoch=40)
+        proc = mpiexec(2, "-m", "workloads", str(spec))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        log = spec.parent / "horovod-autotune.csv"
+        if autotune:
+            lines = log.read_text().splitlines()
+            assert "cycle_time" in lines[0], lines[:2]
+            assert len(lines) >= 2, lines   # at least one scored sample
+        else:
+            assert not log.exists()
+
+
 @pytest.mark.skipif(HAVE_HOROVOD, reason="Horovod is installed here: the real thing is tested instead")
 def test_horovod_without_horovod_says_how_to_install(tmp_path):
     spec = write_spec(tmp_path / "h", algorithm="horovod", steps_per_epoch=1)

@@ -119,6 +119,7 @@ class EmulatedForward:
             self.fractions = [(i + 1) / len(ready) for i in range(len(ready))]
         self.ready_order = [p for _, p in ready]
         self.matched_timeline = bool(named) and all(n in known for n, _ in named)
+        self.drawn: list[int] = []   # the recorded step each training forward drew (its index)
 
     def __call__(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         t0 = time.perf_counter()
@@ -126,6 +127,7 @@ class EmulatedForward:
         if not self.model.training:   # evaluation: not emulated, not measured
             return torch.zeros(shape)
         i = int(self.rng.integers(len(self.profile.forward)))
+        self.drawn.append(i)
         clock = _BackwardClock()
         clock.seconds = self.profile.backward[i]
         # built from the last-ready gradient outward: the first-ready one's sleep is the

@@ -105,7 +105,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
         threads=torch.get_num_threads(), cpus=cpu_affinity(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
     )
     try:
-        outcome = _train_loop(spec, comm, clock, writer)
+        outcome = _train_loop(spec, comm, clock, writer, Path(run_dir))
     except BaseException as exc:
         writer.run_end(status="failed", error=f"{type(exc).__name__}: {exc}", t=clock.now())
         writer.close()
@@ -132,7 +132,8 @@ def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
     return torch.device("cpu")
 
 
-def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter) -> TrainOutcome:
+def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
+                run_dir: Path) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
     device = _to_device(spec, comm)
     try:  # a failure here is the configuration's or the factories', and would recur: never retried
@@ -155,7 +156,8 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
                           autotune=spec.autotune, engine_thread=spec.engine_thread,
                           timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
-                          sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs)
+                          sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs,
+                          run_dir=str(run_dir))
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
     engine.broadcast_parameters()
     engine.set_optimizer(torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum))

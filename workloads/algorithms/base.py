@@ -25,6 +25,7 @@ class SyncOptions:
     seed: int = 0
     sync_every: int = 10
     total_steps: int = 0
+    run_dir: str | None = None   # where an engine may leave its own records (Horovod's autotune log)
 
 
 class GradientSync(ABC):

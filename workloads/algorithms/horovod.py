@@ -9,12 +9,14 @@ as ``sync``'s, through Horovod's environment variables.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from mpi4py import MPI
 from torch import nn
 
 from .base import GradientSync, SyncOptions
 
+AUTOTUNE_LOG = "horovod-autotune.csv"
 INSTALL_HINT = ("algorithm=horovod needs horovod.torch, which is not importable here; build it with "
                 "`bash scripts/install-horovod.sh` (a few minutes), or use algorithm=sync, "
                 "scalestudy's own Horovod-style engine")
@@ -35,6 +37,10 @@ class HorovodReference(GradientSync):
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_time_ms)
         if options.autotune:   # Horovod's own: Bayesian search over cycle time, fusion threshold, ...
             os.environ["HOROVOD_AUTOTUNE"] = "1"
+            if options.run_dir and not os.environ.get("HOROVOD_AUTOTUNE_LOG"):
+                # rank 0's Horovod writes every scored sample (cycle time, fusion threshold,
+                # score) here: the choice it made is the run's record, as sync's is in its metrics
+                os.environ["HOROVOD_AUTOTUNE_LOG"] = str(Path(options.run_dir) / AUTOTUNE_LOG)
         else:
             os.environ.pop("HOROVOD_AUTOTUNE", None)
         self.hvd = import_horovod()
