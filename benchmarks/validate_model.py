@@ -180,7 +180,8 @@ def fit_small(engine, ids, args) -> None:
         print(f"{name}: " + ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items()))
     sets = {name: ids(name) for name in ("validate-small", "validate-pinned", "validate-large")}
     rows = compare(engine, fit, {k: v for k, v in sets.items() if v},
-                   args.warmup, label="1. fit on emulated 2-8 ranks (validate-small), predict 2-32")
+                   args.warmup, label="1. fit on emulated 2-8 ranks (validate-small"
+                   + (" with validate-pinned" if args.pinned == "include" else "") + "), predict 2-32")
     out = [r for r in rows if r["set"].startswith("validate-large")]
     if out:
         worst = max(out, key=lambda r: abs(r["error"]))

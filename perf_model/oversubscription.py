@@ -9,10 +9,11 @@ a site where every rank has a core (``Host.ranks_per_core`` <= 1) leaves it out.
 
 The model package reads no site files: the caller says what a run's site's hosts are
 (``host_of``: site name -> ``Host``), as ``scalestudy model fit`` does from the site YAML.
-A run that recorded its ranks' CPU affinity (``runs.host_cpus``) counts its ranks per core
-on those CPUs instead: a run pinned to fewer (``taskset``, a launcher's binding, a cgroup)
-was more crowded than its site's cores say, which is how a study of <= 8 ranks on a 2-core
-host reaches the crowding of 16 ranks (benchmarks/validate_model_runs.py).
+A run that recorded fewer CPUs for its ranks than the site's hosts have (``runs.host_cpus``:
+pinned by ``taskset``, a launcher's binding or a cpuset) counts its ranks per core on those:
+it was more crowded than the site file says, which is how a study of <= 8 ranks on a 2-core
+host reaches the ranks per core of 16 (benchmarks/validate_model_runs.py). A run that
+recorded more is counted on the site's, as a prediction for that site is, with a note.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
     ``ranks_per_core``, ``residual`` (its measured mean step less ``predict.step_parts``'
     from the other terms, at the run's own batch, threads and placement; ranks per core on the
-    CPUs the run recorded, else the site's), ``step`` (the
+    CPUs the run recorded where fewer than the site's), ``step`` (the
     measured mean step); the hosts seen by site name; and notes on runs left out.
     ``constant_compute``: the compute term holds at the study's one batch size only, so runs
     at another are left out."""
@@ -72,7 +73,7 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
     if "allreduce" not in params and any(shapes[str(runs.loc[i, "algorithm"])].get("gradient_bytes") for i in multi):
         raise FitError("the oversubscription term needs the allreduce term (the other terms' prediction of a "
                        "multi-rank step)")
-    rows, hosts, unknown, off_batch = [], {}, set(), 0
+    rows, hosts, unknown, off_batch, roomier = [], {}, set(), 0, set()
     for run_id in multi:
         run = runs.loc[run_id]
         site = str(run["site"])
@@ -85,8 +86,12 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
         algorithm = str(run["algorithm"])
         nodes, wpn = int(run["nodes"]), int(run["workers_per_node"])
         seen = run.get("host_cpus")
-        if seen is not None and pd.notna(seen) and int(seen) > 0:
-            host = Host(int(seen), host.one_host)   # what the run's ranks could run on, not the site file's
+        if seen is not None and pd.notna(seen) and 0 < int(seen) < host.cpus:
+            # pinned to fewer CPUs than the site's hosts have: as crowded as it was. Never more:
+            # predictions count ranks on the site's CPUs, and the fit must count as they do
+            host = Host(int(seen), host.one_host)
+        elif seen is not None and pd.notna(seen) and int(seen) > host.cpus:
+            roomier.add(site)
         shape = {**shapes[algorithm], "workers_per_node": wpn, "batch_size": int(run["batch_size"]),
                  "threads_per_worker": max(int(run["threads_per_node"]) // wpn, 1)}
         if constant_compute and (shape["batch_size"], shape["threads_per_worker"]) != \
@@ -101,6 +106,10 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
     notes = []
     if unknown:
         notes.append(f"runs of {', '.join(sorted(unknown))} left out: no site YAML says what their hosts are")
+    if roomier:
+        notes.append(f"runs of {', '.join(sorted(roomier))} recorded more CPUs than the site YAML's hosts have "
+                     "(cores_per_node x threads_per_core): counted on the YAML's, as predictions are; "
+                     "if the YAML is wrong for this machine, correct it")
     if off_batch:
         notes.append(f"{off_batch} run(s) at another batch or thread count than the one-batch compute term left out")
     return pd.DataFrame(rows, columns=COLUMNS), {k: v for k, v in hosts.items() if v is not None}, notes

@@ -167,6 +167,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
             return False
         hosts: list[str] = []
         host_cpus: dict[str, set[int]] = {}     # hostname -> the union of its ranks' affinities
+        unrecorded: set[str] = set()            # hostnames with a rank that recorded none
         versions: dict[str, Any] | None = None
         steps = RowSink(session, "steps", ("run_id", "rank", *_STEP_FIELDS))
         events = RowSink(session, "events", _EVENT_COLUMNS)
@@ -209,8 +210,12 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                 if host not in hosts:
                     hosts.append(host)
                 versions = versions or start.get("versions")
-                if isinstance(start.get("cpus"), list):
-                    host_cpus.setdefault(str(start.get("host", "?")), set()).update(start["cpus"])
+                machine = str(start.get("host", "?"))
+                if isinstance(start.get("cpus"), list) and machine not in unrecorded:
+                    host_cpus.setdefault(machine, set()).update(start["cpus"])
+                else:   # a rank that did not say: its host's union would be too small
+                    unrecorded.add(machine)
+                    host_cpus.pop(machine, None)
                 session.execute(insert(RankSummary), [{
                     "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
                     "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
@@ -224,7 +229,9 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if events.written:
             _derive_step_stats(session, run_id)
         run.hosts = ",".join(hosts)
-        # by hostname, not scheduler node: virtual nodes of one machine share its CPUs
+        # by hostname, not scheduler node: virtual nodes of one machine share its CPUs. The
+        # fewest any host's ranks could use: the most crowded host where hosts hold equal
+        # numbers of ranks (workers_per_node), as the model assumes
         run.host_cpus = min((len(c) for c in host_cpus.values()), default=None)
         if job_id:
             run.job_id = str(job_id)

@@ -87,8 +87,8 @@ runs_table = Table(
     Column("driver", String(255)),                            # host:pid of the sweep driving it
     Column("heartbeat", Float),                               # epoch seconds, refreshed while driven
     Column("hosts", Text),
-    # CPUs the ranks on the run's most crowded host could run on (the union of that host's
-    # ranks' affinities, run_start ``cpus``): the performance model's ranks per core
+    # the fewest CPUs any of the run's hosts' ranks could run on (per hostname, the union of
+    # its ranks' affinities, run_start ``cpus``; null if none recorded): the model's ranks per core
     Column("host_cpus", Integer),
     Column("versions", JSON),
     Column("throughput", Float),

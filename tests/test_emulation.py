@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 
 import pytest
 import torch
@@ -30,56 +29,75 @@ def _profile(forward=(0.02,), backward=(0.06,), fractions=None, **source) -> Com
     return ComputeProfile(tuple(forward), tuple(backward), fractions or {}, {"model": "m", **source})
 
 
-def test_backward_hands_gradients_over_in_the_recorded_order_at_the_recorded_moments():
+class FakeClock:
+    """The emulator's clock, advanced only by its own sleeps: what it asks to sleep and when
+    each gradient is handed over are then exact, on a loaded machine too (the end-to-end
+    test below runs the real clock and real sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    import workloads.emulation
+
+    fake = FakeClock()
+    monkeypatch.setattr(workloads.emulation, "time", fake)
+    return fake
+
+
+def test_backward_hands_gradients_over_in_the_recorded_order_at_the_recorded_moments(clock):
     model = _model()
     # a recorded order that is not the reverse parameter order, so following it is visible
     fractions = {"2.bias": 0.1, "0.weight": 0.4, "2.weight": 0.7, "0.bias": 1.0}
     emulate_compute(model, _profile(fractions=fractions), seed=0, rank=0, sample_input=torch.zeros(2, 4))
     seen: list[tuple[str, float]] = []
     for name, p in model.named_parameters():
-        p.register_post_accumulate_grad_hook(lambda p, name=name: seen.append((name, time.perf_counter())))
+        p.register_post_accumulate_grad_hook(lambda p, name=name: seen.append((name, clock.now)))
     x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
-    t0 = time.perf_counter()
+    t0 = clock.now
     logits = model(x)
-    t1 = time.perf_counter()
     assert logits.shape == (5, 3)
+    assert clock.now - t0 == pytest.approx(0.02)              # forward slept its drawn time
     loss = nn.functional.cross_entropy(logits, y)
-    tb = time.perf_counter()
+    tb = clock.now
     loss.backward()
-    t2 = time.perf_counter()
-    assert t1 - t0 >= 0.02                                    # forward slept its drawn time
     assert [n for n, _ in seen] == sorted(fractions, key=fractions.get)
-    for (name, t), fraction in zip(seen, sorted(fractions.values())):
-        assert t - tb >= fraction * 0.06 - 1e-3, (name, t - tb)  # not before its moment
-        # nor long after: each sleep is to a deadline from backward's start (50 ms of slack for
-        # a loaded 2-core CI machine; sleeping each fraction in turn instead would hand the last
-        # gradient over at 2.2 x 0.06 = 0.132 s, past its bound of 0.11 s)
-        assert t - tb < fraction * 0.06 + 0.05, (name, t - tb)
-    assert 0.06 <= t2 - tb < 0.06 + 0.05
+    # each gradient at its recorded moment of the drawn 0.06 s: sleeps to deadlines from
+    # backward's start (sleeping each fraction in turn would hand them over at 0.006, 0.03,
+    # 0.072, 0.132 s)
+    assert [t - tb for _, t in seen] == pytest.approx([f * 0.06 for f in sorted(fractions.values())])
+    assert clock.now - tb == pytest.approx(0.06)
     for name, p in model.named_parameters():                 # real gradients of the real shapes
         assert p.grad is not None and p.grad.shape == p.shape and not p.grad.any()
 
 
-def test_draws_come_from_the_recorded_steps_per_rank():
+def test_draws_come_from_the_recorded_steps_per_rank(clock):
     profile = _profile(forward=(0.002, 0.012), backward=(0.001, 0.001))
 
     def forward_draws(rank):
         model = _model()
         emulated = emulate_compute(model, profile, seed=3, rank=rank, sample_input=torch.zeros(2, 4))
-        times = []
+        del clock.sleeps[:]
         for _ in range(16):
-            t0 = time.perf_counter()
             model(torch.zeros(2, 4))
-            times.append(time.perf_counter() - t0)
-        return emulated.drawn, times
+        return emulated.drawn, list(clock.sleeps)
 
-    (d0, t0), (d1, t1) = forward_draws(0), forward_draws(1)
-    # each forward slept at least the recorded step it drew (a sleep can overshoot on a
-    # loaded machine, never fall short: only the lower bound is a timing assertion)
-    for drawn, times in ((d0, t0), (d1, t1)):
+    (d0, s0), (d1, s1) = forward_draws(0), forward_draws(1)
+    # each forward slept the recorded step it drew, and nothing else
+    for drawn, slept in ((d0, s0), (d1, s1)):
         assert len(drawn) == 16
-        for i, t in zip(drawn, times):
-            assert t >= profile.forward[i]
+        assert slept == pytest.approx([profile.forward[i] for i in drawn])
     # both recorded steps are drawn, and the two ranks draw differently (their own RNGs)
     assert set(d0) == {0, 1}
     assert d0 != d1

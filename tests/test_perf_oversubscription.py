@@ -116,8 +116,8 @@ def test_fit_through_the_database_recovers_a_known_q(tmp_path):
 
 
 def test_a_run_pinned_to_fewer_cpus_counts_its_crowding_on_them(tmp_path):
-    """Runs that recorded the CPUs their ranks could use (``runs.host_cpus``: 8 ranks on 1 of
-    the local site's 2 cores) are as crowded as 16 ranks on both: the fit counts their ranks
+    """Runs that recorded fewer CPUs than the site's (``runs.host_cpus``: 8 ranks on 1 of the
+    local site's 2 cores) have the ranks per core of 16 ranks on both: the fit counts their ranks
     per core on the recorded CPUs and recovers q, and the host stored for predictions stays
     the site's (2 cores), not the pinned runs'. Read on the site's cores instead, the pinned
     runs' crowding would be put down to half the ranks per core and q overestimated."""
@@ -148,6 +148,27 @@ def test_a_run_pinned_to_fewer_cpus_counts_its_crowding_on_them(tmp_path):
         s.execute(update(Run).values(host_cpus=None))
     unpinned = fit_study(engine, "crowded", replicates=0, host_of=host_of_site_name)
     assert unpinned["terms"]["oversubscription"]["params"]["q"] > 1.3 * known
+
+
+def test_runs_recording_more_cpus_than_the_site_are_counted_on_the_sites(tmp_path):
+    """Predictions count ranks on the site YAML's CPUs, so the fit must too: runs whose ranks
+    saw 8 CPUs on a site that says 2 are fitted at the site's ranks per core (q recovered as
+    made, on 2), with a note that the YAML undercounts this machine."""
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from perf_model.model import fit_study
+    from orchestrator.planner import host_of_site_name
+    from results_db import connect
+    from results_db.schema import Run
+
+    engine = connect(f"sqlite:///{tmp_path / 'roomy.db'}")
+    _crowded_study(engine, ((8, 2), (8, 4), (8, 8), (16, 2), (16, 4), (16, 8)), 0.004)
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).values(host_cpus=8))
+    term = fit_study(engine, "crowded", replicates=0, host_of=host_of_site_name)["terms"]["oversubscription"]
+    assert term["params"]["q"] == pytest.approx(0.004, rel=0.05) and term["params"]["cpus_per_host"] == 2.0
+    assert any("recorded more CPUs than the site YAML" in n for n in term["notes"])
 
 
 def test_prediction_crowds_the_fit_host_and_not_a_site_with_cores(tmp_path):

@@ -221,11 +221,14 @@ def _with_affinities(src, dst, cpus_and_hosts):
 
 def test_host_cpus_is_the_union_of_a_hosts_affinities_on_the_most_crowded_host(engine, finished_run, tmp_path):
     """Two ranks bound to a core each on one host could use 2 CPUs between them; on two
-    hosts, the host whose ranks could use fewer decides; a run that recorded none has none."""
+    hosts, the host whose ranks could use fewer decides; a host where a rank recorded none
+    is left out, and a run that recorded none has none."""
     import os
 
     cases = {"bound": ([[0], [1]], ["h", "h"], 2), "overlap": ([[0, 1], [1]], ["h", "h"], 2),
-             "two-hosts": ([[0, 1, 2], [5]], ["a", "b"], 1), "unrecorded": ([None, None], ["h", "h"], None)}
+             "two-hosts": ([[0, 1, 2], [5]], ["a", "b"], 1), "unrecorded": ([None, None], ["h", "h"], None),
+             # a host with a rank that said nothing is left out, not counted on the others' CPUs
+             "half-said": ([[0, 1, 2], None], ["h", "h"], None), "one-host-said": ([[0], None], ["a", "b"], 1)}
     for key, (cpus, hosts, expected) in cases.items():
         run_dir = _with_affinities(finished_run, tmp_path / key, list(zip(cpus, hosts)))
         [d] = register_runs(engine, "s", [_plan(run_dir, key=key)])

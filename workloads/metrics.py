@@ -20,9 +20,10 @@ METRICS_DIR = "metrics"
 
 
 def cpu_affinity() -> list[int] | None:
-    """The CPUs this rank may run on (its affinity as the launcher's binding, a cgroup or
-    ``taskset`` left it): how many ranks share a CPU is what the performance model's
-    crowding term needs (``perf_model.oversubscription``), and a site file cannot know it."""
+    """The CPUs this rank may run on (its affinity as the launcher's binding, a cpuset or
+    ``taskset`` left it; a CPU quota such as ``docker --cpus`` does not show here): how many
+    ranks share a CPU is what the performance model's crowding term needs
+    (``perf_model.oversubscription``), and a site file cannot know a run's pinning."""
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):

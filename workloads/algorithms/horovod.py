@@ -22,6 +22,18 @@ INSTALL_HINT = ("algorithm=horovod needs horovod.torch, which is not importable 
                 "scalestudy's own Horovod-style engine")
 
 
+# the user's own log path, as the process started: a path this module set for one run must
+# not carry over to the next run in the same process
+_USER_AUTOTUNE_LOG = os.environ.get("HOROVOD_AUTOTUNE_LOG") or None
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def import_horovod():
     try:
         import horovod.torch as hvd
@@ -37,12 +49,13 @@ class HorovodReference(GradientSync):
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_time_ms)
         if options.autotune:   # Horovod's own: Bayesian search over cycle time, fusion threshold, ...
             os.environ["HOROVOD_AUTOTUNE"] = "1"
-            if options.run_dir and not os.environ.get("HOROVOD_AUTOTUNE_LOG"):
-                # rank 0's Horovod writes every scored sample (cycle time, fusion threshold,
-                # score) here: the choice it made is the run's record, as sync's is in its metrics
-                os.environ["HOROVOD_AUTOTUNE_LOG"] = str(Path(options.run_dir) / AUTOTUNE_LOG)
+            # rank 0's Horovod writes every scored sample (cycle time, fusion threshold, score)
+            # to the run folder: the choice it made is the run's record, as sync's is in its metrics
+            log = _USER_AUTOTUNE_LOG or (str(Path(options.run_dir) / AUTOTUNE_LOG) if options.run_dir else None)
+            _set_env("HOROVOD_AUTOTUNE_LOG", log)
         else:
             os.environ.pop("HOROVOD_AUTOTUNE", None)
+            _set_env("HOROVOD_AUTOTUNE_LOG", _USER_AUTOTUNE_LOG)
         self.hvd = import_horovod()
         self.hvd.init()
         if self.hvd.size() != comm.Get_size():

@@ -1,6 +1,6 @@
-"""``runs.host_cpus``: the CPUs the ranks on a run's most crowded host could run on (the
-union of their affinities, which the workload now records in ``run_start``), so the
-performance model counts ranks per core from what the run saw, not from a site file.
+"""``runs.host_cpus``: the fewest CPUs any of a run's hosts' ranks could run on (per host,
+the union of their affinities, which the workload now records in ``run_start``), so the
+performance model counts a pinned run's ranks per core from what the run saw.
 Runs recorded before this revision did not record their affinity: left null (the model
 then takes the site file's cores).
 
