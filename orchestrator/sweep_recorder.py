@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -92,13 +93,21 @@ def _batch_job(run_dir: Path) -> str | None:
 
 
 def _node_failure(run_dir: Path) -> str:
-    """What the launcher said about a failed node, if it did (srun: "Node failure on n2")."""
+    """What the launcher said about a failed node, if it did. srun's own line names the node
+    ("srun: error: Node failure on n2"); the surviving nodes' slurmstepd lines ("STEP 1.0 ON n1
+    CANCELLED ... DUE TO NODE FAILURE") name only themselves. The two come from different
+    processes, so either may be written first: the line that names the failed node is put first
+    whatever the order, and each distinct line is kept once."""
     try:
         lines = (run_dir / LOG_FILE).read_text(errors="replace").splitlines()
     except OSError:
         return ""
-    said = [line.strip() for line in lines if "node failure" in line.lower()]
-    return f"; {said[0]}" if said else ""
+    said = list(dict.fromkeys(line.strip() for line in lines if "node failure" in line.lower()))
+    said.sort(key=lambda line: _NAMES_FAILED_NODE.search(line) is None)  # stable: log order otherwise
+    return "".join(f"; {line}" for line in said[:3])
+
+
+_NAMES_FAILED_NODE = re.compile(r"node failure on \S+", re.IGNORECASE)
 
 
 def _archive_attempt(run_dir: Path, run_id: int) -> Path:

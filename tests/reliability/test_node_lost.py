@@ -16,13 +16,37 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from results_db import connect
+from orchestrator.mpi_run import LOG_FILE
+from orchestrator.sweep_recorder import _node_failure
 from results_db.schema import Run
 
 from conftest import REPO, env_with_bin
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(
+needs_slurm = pytest.mark.skipif(
     subprocess.run(["bash", str(REPO / "scripts" / "local-slurm-cluster.sh"), "status"],
-                   capture_output=True).returncode != 0, reason="no Slurm cluster")]
+                   capture_output=True).returncode != 0, reason="no Slurm cluster")
+
+SRUN_NAMES_NODE = "srun: error: Node failure on n2"
+STEPD_NAMES_ITSELF = ("slurmstepd-n1: error: *** STEP 456.0 ON n1 CANCELLED AT 2026-12-02T05:50:40 DUE TO NODE "
+                      "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***")
+
+
+@pytest.mark.parametrize("first, second", [(SRUN_NAMES_NODE, STEPD_NAMES_ITSELF), (STEPD_NAMES_ITSELF, SRUN_NAMES_NODE)],
+                         ids=["srun-first", "slurmstepd-first"])
+def test_the_line_naming_the_failed_node_leads_whatever_the_order(tmp_path, first, second):
+    """srun and the surviving node's slurmstepd write to one log from two processes; a CI run
+    saw slurmstepd's line first, and the recorded error then named only the node that survived."""
+    (tmp_path / LOG_FILE).write_text(f"{first}\n{second}\nsrun: error: n2: task 1: Exited with exit code 143\n"
+                                     f"{STEPD_NAMES_ITSELF}\n")
+    said = _node_failure(tmp_path)
+    assert said == f"; {SRUN_NAMES_NODE}; {STEPD_NAMES_ITSELF}"
+
+
+def test_no_log_or_no_node_failure_says_nothing(tmp_path):
+    assert _node_failure(tmp_path) == ""
+    (tmp_path / LOG_FILE).write_text("srun: error: n2: task 1: Exited with exit code 3\n")
+    assert _node_failure(tmp_path) == ""
+
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -43,6 +67,8 @@ def _running_job(run_dir):
     return record.get("job_id") if record.get("running") else None
 
 
+@pytest.mark.mpi
+@needs_slurm
 def test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation(tmp_path):
     sweep_dir = tmp_path / "mr"
     cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "site=local_slurm", "study_name=node_lost", "nodes=2",
