@@ -41,8 +41,12 @@ def downgrade() -> None:
         table = sa.table(name, sa.column("run_id", sa.Integer()))
         op.execute(table.delete().where(table.c.run_id.in_(earlier)))
     op.execute(runs.delete().where(runs.c.latest == sa.false()))
-    with op.batch_alter_table("runs") as batch_op:
+    dialect = op.get_bind().dialect.name
+    naming = _SQLITE_NAMING if dialect == "sqlite" else None
+    # named as upgrade() finds it, so that upgrading again drops it (batch mode on SQLite
+    # refuses an unnamed constraint: this downgrade failed there until a test walked it)
+    with op.batch_alter_table("runs", naming_convention=naming) as batch_op:
         batch_op.drop_constraint("uq_runs_study_run_attempt", type_="unique")
-        batch_op.create_unique_constraint(None, ["study_id", "run_key"])
+        batch_op.create_unique_constraint(_OLD_UNIQUE.get(dialect, "runs_study_id_run_key_key"), ["study_id", "run_key"])
         batch_op.drop_column("latest")
         batch_op.drop_column("attempt")
