@@ -17,6 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from workloads.metrics import cpu_affinity
+
 PROJECT = Path(__file__).resolve().parent.parent
 _SECRET_KEYS = {"db_url"}
 
@@ -43,11 +45,10 @@ def _version(dist: str) -> str | None:
 
 
 def _cpus() -> int | None:
-    """The cores this process may use (its affinity, as a container or cgroup sets it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
+    """The cores this process may use: its affinity, read as each rank's is
+    (``workloads.metrics.cpu_affinity``), or the host's count where the OS gives none."""
+    allowed = cpu_affinity()
+    return len(allowed) if allowed else os.cpu_count()
 
 
 @functools.lru_cache(maxsize=1)
