@@ -7,9 +7,11 @@ as the revision whose tables it has, then upgraded.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect
 
 # Alembic is imported inside the functions that need it: opening a database that is
 # already current (every sweep, every query) should not pay for importing it.
@@ -55,11 +57,11 @@ def is_current(engine: Engine) -> bool:
         return False
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+@contextmanager
+def _migrating(engine: Engine) -> Iterator[tuple[Any, Connection]]:
+    """Alembic's config bound to one connection, inside one transaction."""
     # before Alembic is imported: not "setup plugin ..." lines as it loads, nor "Context impl ..." on every open
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    from alembic import command
-
     cfg = alembic_config(engine)
     with engine.connect() as conn:
         sqlite = engine.dialect.name == "sqlite"
@@ -71,11 +73,27 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         try:
             with conn.begin():
                 cfg.attributes["connection"] = conn
-                tables = set(inspect(conn).get_table_names())
-                if "alembic_version" not in tables and "runs" in tables:
-                    # created before migrations: stamp what it has, then upgrade the rest
-                    command.stamp(cfg, "0002" if "events" in tables else "0001")
-                command.upgrade(cfg, revision)
+                yield cfg, conn
         finally:
             if sqlite:
                 conn.connection.driver_connection.execute("PRAGMA foreign_keys=ON")
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    from alembic import command
+
+    with _migrating(engine) as (cfg, conn):
+        tables = set(inspect(conn).get_table_names())
+        if "alembic_version" not in tables and "runs" in tables:
+            # created before migrations: stamp what it has, then upgrade the rest
+            command.stamp(cfg, "0002" if "events" in tables else "0001")
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Alembic's downgrade with upgrade's SQLite recipe (no command runs it: the tests walk
+    every revision down and up again, so a downgrade a user may need is known to work)."""
+    from alembic import command
+
+    with _migrating(engine) as (cfg, _):
+        command.downgrade(cfg, revision)

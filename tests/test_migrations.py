@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from results_db import connect
-from results_db.migrate import alembic_config, current_revision, head_revision
+from results_db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 
 from conftest import scalestudy
 
@@ -112,29 +112,45 @@ def test_reading_commands_never_migrate(tmp_path):
 
 
 def _schema(engine) -> dict[str, tuple]:
-    """Each table's columns (name, nullable) and index names: what a migration adds or removes."""
+    """Each table's columns (name, nullable), index names and unique column sets: what a
+    migration adds or removes (unique constraints by their columns, since SQLite reflects an
+    unnamed one without a name)."""
     found = inspect(engine)
     return {table: (sorted((c["name"], bool(c["nullable"])) for c in found.get_columns(table)),
-                    sorted(i["name"] for i in found.get_indexes(table)))
+                    sorted(i["name"] for i in found.get_indexes(table)),
+                    sorted(tuple(u["column_names"]) for u in found.get_unique_constraints(table)))
             for table in found.get_table_names() if table != "alembic_version"}
 
 
 def test_every_revision_downgrades_and_upgrades_again_to_the_same_schema(db_url):
     """Step down one revision at a time to the empty database, then back up: each downgrade
-    runs (a broken one fails here, not on a user's database), and head is head again."""
-    engine = connect(db_url)
+    runs (a broken one fails here, not on a user's database), and head is head again. On the
+    way, 0004's downgrade keeps a run's latest attempt with its measurements and drops the
+    earlier attempt's, which the old (study_id, run_key) constraint cannot hold."""
+    from results_db.runs import new_attempt
+
+    _old_database(db_url)                  # run 7 with 3 steps, at 0001
+    engine = connect(db_url)               # to head
     at_head = _schema(engine)
-    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        conn.execute(text("update runs set driver = 'h:1' where id = 7"))
+    second = new_attempt(engine, 7, "h:1")
+    with engine.begin() as conn:
+        conn.execute(text('insert into steps (run_id, rank, step, epoch, samples, t_start, data, forward, backward, '
+                          'comm_wait, "update", loss) values (:r, 0, 0, 0, 16, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 2.0)'),
+                     {"r": second})
     walked = []
     while (revision := current_revision(engine)) is not None:
         walked.append(revision)
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "-1")
+        downgrade(engine, "-1")
+        if current_revision(engine) == "0003":
+            with engine.connect() as conn:
+                assert [tuple(r) for r in conn.execute(text("select id, run_key from runs"))] == [(second, "k7")]
+                assert [tuple(r) for r in conn.execute(text("select run_id, count(*) from steps group by run_id"))] \
+                    == [(second, 1)]
     assert walked[0] == head_revision() and walked[-1] == "0001" and len(walked) == len(set(walked))
+    assert "0004" in walked
     assert _schema(engine) == {}
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    upgrade(engine)
     assert _schema(engine) == at_head
     engine.dispose()

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from results_db import connect
 from orchestrator.mpi_run import LOG_FILE
 from orchestrator.sweep_recorder import _node_failure
+from results_db import connect
 from results_db.schema import Run
 
 from conftest import REPO, env_with_bin
@@ -46,7 +46,6 @@ def test_no_log_or_no_node_failure_says_nothing(tmp_path):
     assert _node_failure(tmp_path) == ""
     (tmp_path / LOG_FILE).write_text("srun: error: n2: task 1: Exited with exit code 3\n")
     assert _node_failure(tmp_path) == ""
-
 
 
 def _wait_for(predicate, timeout: float, what: str):
