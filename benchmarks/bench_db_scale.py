@@ -57,7 +57,7 @@ def template_run(folder: Path, host: str, throughput: float) -> None:
 
 
 def build(url: str, runs: int, scratch: Path) -> float:
-    from orchestrator.runspec import run_key
+    from orchestrator.sweep.runspec import run_key
     from results_db import connect
     from results_db.ingest import ingest_run
     from results_db.runs import PlannedRun, register_runs

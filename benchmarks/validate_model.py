@@ -68,7 +68,7 @@ def _host_cpus(engine, run_ids) -> pd.Series:
 
 def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=None, label: str = "") -> list[dict]:
     from perf_model.measured import measured_throughput
-    from perf_model.oversubscription import Host
+    from perf_model.machine import Host
     from perf_model.predict import predict
 
     rows = []
@@ -170,7 +170,7 @@ def main() -> None:
 
 
 def fit_small(engine, ids, args) -> None:
-    from orchestrator.planner import host_of_site_name
+    from orchestrator.site.model_inputs import host_of_site_name
     from perf_model.model import fit_study
     from results_db.model_fits import latest_model_fit
 
@@ -190,10 +190,10 @@ def fit_small(engine, ids, args) -> None:
 
 
 def part_two(engine, ids, args) -> None:
-    from orchestrator.planner import host_of_site_name
-    from orchestrator.sites import load_site
+    from orchestrator.site.model_inputs import host_of_site_name
+    from orchestrator.site.config import load_site
     from perf_model.model import fit_study
-    from perf_model.predict import Network
+    from perf_model.machine import Network
     from results_db.model_fits import latest_model_fit
 
     fit_study(engine, "validate-profile", args.warmup, args.replicates, host_of_site_name)

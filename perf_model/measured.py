@@ -9,7 +9,7 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from results_db import query
-from results_db.figures.data import STEP_PHASES
+from workloads.run_folder import STEP_PHASES
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:

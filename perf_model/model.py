@@ -16,7 +16,8 @@ from results_db.model_fits import store_model_fit
 from .bootstrap import DEFAULT_REPLICATES, bootstrap_params
 from .fit import (FitError, Term, fit_allreduce, fit_compute_any, fit_hidden, fit_participation, fit_straggler,
                   is_constant_compute)
-from .oversubscription import Host, fit_for_study
+from .machine import Host
+from .oversubscription import fit_for_study
 from .predict import term_params
 from .shape import workload_shapes
 from .study import DEFAULT_WARMUP, StudyData, load_study

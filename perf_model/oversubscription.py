@@ -19,35 +19,13 @@ recorded more is counted on the site's, as a prediction for that site is, with a
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import pandas as pd
 
 from .fit import FitError, Term, fit_oversubscription
-
-
-@dataclass(frozen=True)
-class Host:
-    """A site's hosts as far as crowding goes: hardware threads each (``cpus``: what the OS
-    schedules ranks on, cores x threads per core), and whether every rank of a run lands on
-    the same one (the ``local`` site, whose "nodes" are this machine, or a site file's
-    ``shared_host: true``)."""
-    cpus: int
-    one_host: bool
-
-    def ranks_per_core(self, nodes: int, workers_per_node: int) -> float:
-        ranks = nodes * workers_per_node if self.one_host else workers_per_node
-        return ranks / max(self.cpus, 1)
-
-    def to_params(self) -> dict[str, float]:
-        return {"cpus_per_host": float(self.cpus), "one_host": 1.0 if self.one_host else 0.0}
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, float]) -> "Host | None":
-        if "cpus_per_host" not in params:
-            return None
-        return cls(int(params["cpus_per_host"]), bool(params.get("one_host", 0.0)))
+from .machine import Host
+from .predict import step_parts
 
 
 HostOf = Callable[[str], "Host | None"]
@@ -63,8 +41,6 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
     measured mean step); the hosts seen by site name; and notes on runs left out.
     ``constant_compute``: the compute term holds at the study's one batch size only, so runs
     at another are left out."""
-    from .predict import step_parts   # predict imports Host from here
-
     runs = data.runs.set_index("run_id")
     multi = [i for i in data.step_seconds.index if int(runs.loc[i, "world_size"]) > 1
              and str(runs.loc[i, "algorithm"]) in shapes]

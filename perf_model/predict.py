@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .oversubscription import Host
+from .machine import Host, Network
 from .terms import (allreduce_messages, compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync,
                     oversubscription_seconds)
 
@@ -47,22 +47,6 @@ DEFAULT_BAND = 0.9
 
 class PredictError(ValueError):
     """The fit cannot predict what was asked; the message says what is missing."""
-
-
-@dataclass(frozen=True)
-class Network:
-    """A site's per-message latency (s) and injection bandwidth per node (bytes/s).
-
-    Across nodes a node's ranks share its bandwidth: with ranks placed node by node, the
-    reduce-scatter's first log2(nodes) halving steps pair every rank with one on another
-    node, and those steps carry most of the bytes (N/2 + N/4 + ...). On one node the site
-    file has no shared-memory numbers, and its network's stand in, undivided."""
-    latency: float
-    node_bandwidth: float
-    source: str
-
-    def per_rank(self, workers_per_node: int, nodes: int) -> tuple[float, float]:
-        return self.latency, self.node_bandwidth / (workers_per_node if nodes > 1 else 1)
 
 
 def majority_wait(sigma: float) -> float:

@@ -1,6 +1,6 @@
 """Ingest a finished run's metrics files: batched, one transaction, idempotent.
 
-The files are the contract with the workload (``workloads/metrics.py``): one JSON
+The files are the contract with the workload (``workloads/run_folder.py``): one JSON
 object per line with ``type`` and ``schema``. An unknown schema version is refused
 with a clear error rather than guessed at.
 """
@@ -25,12 +25,14 @@ from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
+                                  result_file)
+
 from .failpoints import failpoint
-from .store import writer
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
+from .store import writer
 
-SUPPORTED_SCHEMAS = (1,)
 
 
 def _integrity_errors() -> tuple[type[BaseException], ...]:
@@ -49,8 +51,6 @@ def _integrity_errors() -> tuple[type[BaseException], ...]:
 
 
 _INTEGRITY_ERRORS = _integrity_errors()
-_STEP_FIELDS = ("step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait", "update", "delay",
-                "loss", "seconds")
 _ROUND_FIELDS = ("round", "initiator", "fresh", "stale", "null", "synchronous", "t0", "latency")
 _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
@@ -130,11 +130,126 @@ class _Reader:
                         raise IngestError(f"{path}:{lineno}: not valid JSON ({str(exc).split(':')[0]})") from None
                     if not isinstance(rec, dict):
                         raise IngestError(f"{path}:{lineno}: not a JSON object")
-                    if rec.get("schema") not in SUPPORTED_SCHEMAS:
+                    if rec.get("schema") not in SUPPORTED_METRICS_SCHEMAS:
                         raise IngestError(
                             f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
-                            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy")
+                            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_METRICS_SCHEMAS))}); upgrade scalestudy")
                     yield rec
+
+
+def _read_result(run_dir: Path) -> dict[str, Any]:
+    """The run's summary, checked against the contract's schema."""
+    result_path = result_file(run_dir)
+    if not result_path.is_file():
+        raise IngestError(f"{run_dir}: no {RESULT_FILE}, the run did not finish")
+    try:
+        result = json.loads(result_path.read_text(errors="replace"))
+    except ValueError as exc:
+        raise IngestError(f"{result_path}: not valid JSON ({str(exc).split(':')[0]})") from None
+    if not isinstance(result, dict):
+        raise IngestError(f"{result_path}: not a JSON object")
+    if result.get("schema") not in SUPPORTED_METRICS_SCHEMAS:
+        raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported (this scalestudy "
+                          f"reads {', '.join(map(str, SUPPORTED_METRICS_SCHEMAS))}); upgrade scalestudy")
+    return result
+
+
+class _RunTotals:
+    """What the rank files say about the run as a whole: its hosts, the CPUs each host's ranks
+    could use, the library versions, the last evaluation, the files cut off mid-line."""
+
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+        self.host_cpus: dict[str, set[int]] = {}   # hostname -> the union of its ranks' affinities
+        self.unrecorded: set[str] = set()          # hostnames with a rank that recorded none
+        self.versions: dict[str, Any] | None = None
+        self.truncated: list[str] = []
+        self.last_eval: dict[str, Any] = {}
+
+    def add_rank(self, start: dict[str, Any]) -> str:
+        """Count a rank's ``run_start``; returns the node it ran on."""
+        host = start.get("node") or start.get("host", "?")
+        if host not in self.hosts:
+            self.hosts.append(host)
+        self.versions = self.versions or start.get("versions")
+        machine = str(start.get("host", "?"))
+        if isinstance(start.get("cpus"), list) and machine not in self.unrecorded:
+            self.host_cpus.setdefault(machine, set()).update(start["cpus"])
+        else:   # a rank that did not say: its host's union would be too small
+            self.unrecorded.add(machine)
+            self.host_cpus.pop(machine, None)
+        return host
+
+    @property
+    def fewest_cpus(self) -> int | None:
+        """By hostname, not scheduler node: virtual nodes of one machine share its CPUs. The
+        fewest any host's ranks could use: the most crowded host where hosts hold equal
+        numbers of ranks (workers_per_node), as the model assumes."""
+        return min((len(c) for c in self.host_cpus.values()), default=None)
+
+
+def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink,
+                 totals: _RunTotals) -> None:
+    """One rank file's records into the sinks and tables (the hot loop appends rows directly)."""
+    rank = int(path.stem.split("-")[1])
+    start: dict[str, Any] = {}
+    end: dict[str, Any] = {}
+    reader = _Reader(path)
+    event_rows, step_rows = events.rows, steps.rows
+    for rec in reader:
+        kind = rec["type"]
+        if kind == "event":
+            tensors = rec.get("tensors")
+            event_rows.append((run_id, rank, rec["step"], rec.get("tensor", ""), rec["phase"], rec["t0"],
+                               rec["t1"], rec.get("bytes", 0),
+                               ",".join(tensors) if tensors.__class__ is list else None, rec.get("arrival")))
+            if len(event_rows) >= events.batch:
+                events.flush()
+                event_rows = events.rows
+        elif kind == "step":
+            step_rows.append((run_id, rank, *[rec.get(k) for k in STEP_FIELDS]))
+            if len(step_rows) >= steps.batch:
+                steps.flush()
+                step_rows = steps.rows
+        elif kind == "round":
+            session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
+        elif kind == "eval":
+            session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
+            totals.last_eval = rec
+        elif kind == "run_start":
+            start = rec
+        elif kind == "run_end":
+            end = rec
+    if reader.truncated:
+        totals.truncated.append(path.name)
+    host = totals.add_rank(start)
+    session.execute(insert(RankSummary), [{
+        "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
+        "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
+    }])
+
+
+def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: str | None) -> None:
+    """The run's row from its summary and the ranks' totals."""
+    run.hosts = ",".join(totals.hosts)
+    run.host_cpus = totals.fewest_cpus
+    if job_id:
+        run.job_id = str(job_id)
+    run.versions = totals.versions
+    for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
+                 "exit_code", "output_tail"):
+        setattr(run, name, result.get(name))
+    if result.get("kind") == "command" and totals.last_eval:  # a command that reported evaluations
+        run.final_top1 = run.final_top1 if run.final_top1 is not None else totals.last_eval.get("top1")
+        run.final_loss = run.final_loss if run.final_loss is not None else totals.last_eval.get("loss")
+    run.status = "done" if result.get("status") == "done" else "failed"
+    if run.status == "failed":
+        run.error = str(result.get("error") or "the run reported failure")[-4000:]
+    if totals.truncated and run.status == "done":
+        run.status = "partial"
+        run.error = f"metrics cut off mid-line in {', '.join(totals.truncated)}: ingested every whole record"
+        log.warning("run %s: %s", run.id, run.error)
+    run.finished_at = run.ingested_at = utcnow()
 
 
 def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None) -> bool:
@@ -143,21 +258,10 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
     ``job_id`` is the scheduler's id of the batch job the run ran in, if any.
     """
     run_dir = Path(run_dir)
-    result_path = run_dir / "result.json"
-    if not result_path.is_file():
-        raise IngestError(f"{run_dir}: no result.json, the run did not finish")
-    try:
-        result = json.loads(result_path.read_text(errors="replace"))
-    except ValueError as exc:
-        raise IngestError(f"{result_path}: not valid JSON ({str(exc).split(':')[0]})") from None
-    if not isinstance(result, dict):
-        raise IngestError(f"{result_path}: not a JSON object")
-    if result.get("schema") not in SUPPORTED_SCHEMAS:
-        raise IngestError(f"{result_path}: result schema {result.get('schema')!r} is not supported (this scalestudy "
-                          f"reads {', '.join(map(str, SUPPORTED_SCHEMAS))}); upgrade scalestudy")
-    rank_files = sorted((run_dir / "metrics").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    result = _read_result(run_dir)
+    rank_files = sorted((run_dir / METRICS_DIR).glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if not rank_files and result.get("kind") != "command":  # a command that never started has none
-        raise IngestError(f"{run_dir}/metrics: no rank-*.jsonl files")
+        raise IngestError(f"{run_dir}/{METRICS_DIR}: no rank-*.jsonl files")
 
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
@@ -165,61 +269,13 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
             raise IngestError(f"run id {run_id} is not in the database")
         if run.ingested_at is not None:
             return False
-        hosts: list[str] = []
-        host_cpus: dict[str, set[int]] = {}     # hostname -> the union of its ranks' affinities
-        unrecorded: set[str] = set()            # hostnames with a rank that recorded none
-        versions: dict[str, Any] | None = None
-        steps = RowSink(session, "steps", ("run_id", "rank", *_STEP_FIELDS))
+        steps = RowSink(session, "steps", ("run_id", "rank", *STEP_FIELDS))
         events = RowSink(session, "events", _EVENT_COLUMNS)
-        truncated: list[str] = []
-        last_eval: dict[str, Any] = {}
+        totals = _RunTotals()
+        path = run_dir
         try:  # a record missing a field its type needs breaks the contract: one line, not a KeyError
             for path in rank_files:
-                rank = int(path.stem.split("-")[1])
-                start: dict[str, Any] = {}
-                end: dict[str, Any] = {}
-                reader = _Reader(path)
-                event_rows, step_rows = events.rows, steps.rows  # the hot loop appends directly
-                for rec in reader:
-                    kind = rec["type"]
-                    if kind == "event":
-                        tensors = rec.get("tensors")
-                        event_rows.append((run_id, rank, rec["step"], rec.get("tensor", ""), rec["phase"], rec["t0"],
-                                           rec["t1"], rec.get("bytes", 0),
-                                           ",".join(tensors) if tensors.__class__ is list else None, rec.get("arrival")))
-                        if len(event_rows) >= events.batch:
-                            events.flush()
-                            event_rows = events.rows
-                    elif kind == "step":
-                        step_rows.append((run_id, rank, *[rec.get(k) for k in _STEP_FIELDS]))
-                        if len(step_rows) >= steps.batch:
-                            steps.flush()
-                            step_rows = steps.rows
-                    elif kind == "round":
-                        session.execute(insert(Round), [{"run_id": run_id, **{k: rec.get(k) for k in _ROUND_FIELDS}}])
-                    elif kind == "eval":
-                        session.execute(insert(Eval), [{"run_id": run_id, **{k: rec.get(k) for k in _EVAL_FIELDS}}])
-                        last_eval = rec
-                    elif kind == "run_start":
-                        start = rec
-                    elif kind == "run_end":
-                        end = rec
-                if reader.truncated:
-                    truncated.append(path.name)
-                host = start.get("node") or start.get("host", "?")
-                if host not in hosts:
-                    hosts.append(host)
-                versions = versions or start.get("versions")
-                machine = str(start.get("host", "?"))
-                if isinstance(start.get("cpus"), list) and machine not in unrecorded:
-                    host_cpus.setdefault(machine, set()).update(start["cpus"])
-                else:   # a rank that did not say: its host's union would be too small
-                    unrecorded.add(machine)
-                    host_cpus.pop(machine, None)
-                session.execute(insert(RankSummary), [{
-                    "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
-                    "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
-                }])
+                _ingest_rank(session, run_id, path, steps, events, totals)
             steps.flush()
             events.flush()
         except (KeyError, TypeError, *_INTEGRITY_ERRORS) as exc:
@@ -228,28 +284,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                               f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
         if events.written:
             _derive_step_stats(session, run_id)
-        run.hosts = ",".join(hosts)
-        # by hostname, not scheduler node: virtual nodes of one machine share its CPUs. The
-        # fewest any host's ranks could use: the most crowded host where hosts hold equal
-        # numbers of ranks (workers_per_node), as the model assumes
-        run.host_cpus = min((len(c) for c in host_cpus.values()), default=None)
-        if job_id:
-            run.job_id = str(job_id)
-        run.versions = versions
-        for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
-                     "exit_code", "output_tail"):
-            setattr(run, name, result.get(name))
-        if result.get("kind") == "command" and last_eval:  # a command that reported evaluations
-            run.final_top1 = run.final_top1 if run.final_top1 is not None else last_eval.get("top1")
-            run.final_loss = run.final_loss if run.final_loss is not None else last_eval.get("loss")
-        run.status = "done" if result.get("status") == "done" else "failed"
-        if run.status == "failed":
-            run.error = str(result.get("error") or "the run reported failure")[-4000:]
-        if truncated and run.status == "done":
-            run.status = "partial"
-            run.error = f"metrics cut off mid-line in {', '.join(truncated)}: ingested every whole record"
-            log.warning("run %s: %s", run_id, run.error)
-        run.finished_at = run.ingested_at = utcnow()
+        _finish_run(run, result, totals, job_id)
         session.flush()
         failpoint("ingest")   # the reliability suite: killed with every row written but not committed
     return True

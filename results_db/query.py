@@ -14,7 +14,7 @@ from sqlalchemy import Engine, select
 
 from . import run_rows
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
-from .run_rows import ATTEMPTS, _ids, recent_run_ids  # noqa: F401 - re-exported
+from .run_rows import ATTEMPTS, plain_ids, recent_run_ids  # noqa: F401 - re-exported
 from .schema import Eval, Event, Round, Run, Step, StepStat, Study
 from .where import JsonFilter, parse_where  # noqa: F401 - re-exported
 
@@ -54,7 +54,7 @@ def frame_of(table: run_rows.Rows) -> pd.DataFrame:
 
 def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """Per-rank, per-step timings of the given runs."""
-    stmt = select(Step).where(Step.run_id.in_(_ids(run_ids))).order_by(Step.run_id, Step.rank, Step.step)
+    stmt = select(Step).where(Step.run_id.in_(plain_ids(run_ids))).order_by(Step.run_id, Step.rank, Step.step)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 
@@ -64,7 +64,7 @@ def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None 
     """Timeline intervals (``timeline=true`` runs): per rank, step, tensor or fused buffer, phase.
 
     ``steps=(first, last)`` reads only those steps (inclusive), through the (run, step) index."""
-    stmt = select(Event).where(Event.run_id.in_(_ids(run_ids)))
+    stmt = select(Event).where(Event.run_id.in_(plain_ids(run_ids)))
     if phases:
         stmt = stmt.where(Event.phase.in_(list(phases)))
     if steps is not None:
@@ -75,14 +75,14 @@ def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None 
 
 def step_stats(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """Per-step arrival skew, hidden allreduce fraction and update delay, derived from the timeline."""
-    stmt = select(StepStat).where(StepStat.run_id.in_(_ids(run_ids))).order_by(StepStat.run_id, StepStat.step)
+    stmt = select(StepStat).where(StepStat.run_id.in_(plain_ids(run_ids))).order_by(StepStat.run_id, StepStat.step)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 
 
 def rounds(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """eager-SGD rounds: initiator, fresh / stale / null contributions, latency."""
-    stmt = select(Round).where(Round.run_id.in_(_ids(run_ids))).order_by(Round.run_id, Round.round)
+    stmt = select(Round).where(Round.run_id.in_(plain_ids(run_ids))).order_by(Round.run_id, Round.round)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 
@@ -95,7 +95,7 @@ def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> p
     """Per run: wall seconds and samples until the first eval at or above ``target`` top-1 (NaN if never)."""
     frame = evals(engine, run_ids)
     rows = []
-    for run_id in _ids(run_ids):
+    for run_id in plain_ids(run_ids):
         hit = frame[(frame["run_id"] == run_id) & (frame["top1"] >= target)]
         first = hit.iloc[0] if len(hit) else None
         rows.append({"run_id": run_id, "target": target,
@@ -107,7 +107,7 @@ def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> p
 
 
 def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
-    stmt = select(Eval).where(Eval.run_id.in_(_ids(run_ids))).order_by(Eval.run_id, Eval.epoch)
+    stmt = select(Eval).where(Eval.run_id.in_(plain_ids(run_ids))).order_by(Eval.run_id, Eval.epoch)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
 

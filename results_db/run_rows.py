@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy import JSON, Engine, Float, Integer, and_, cast, func, literal, select
 
+from workloads.spec import BUILTIN_ONLY_FIELDS
+
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column
 from .schema import Run, Study
 from .where import JsonFilter, column_of, parse_where
@@ -48,7 +50,7 @@ class AggregateError(QueryError):
     """A grouping or aggregate the data cannot answer."""
 
 
-def _ids(run_ids: Sequence[int]) -> list[int]:
+def plain_ids(run_ids: Sequence[int]) -> list[int]:
     """Plain ints: numpy integers would not bind."""
     return [int(i) for i in run_ids]
 
@@ -81,7 +83,7 @@ def _selection(stmt, study: str | None, where, run_ids: Sequence[int] | None, at
     if study:
         stmt = stmt.where(Study.name == study)
     if run_ids is not None:
-        stmt = stmt.where(Run.id.in_(_ids(run_ids)))
+        stmt = stmt.where(Run.id.in_(plain_ids(run_ids)))
     elif attempts == "latest":
         stmt = stmt.where(Run.latest.is_(True))
     conditions = parse_where(where)
@@ -141,6 +143,25 @@ def with_json_keys(engine: Engine, table: Rows, study=None, where=None, run_ids=
     i = table.columns.index("run_id")
     return Rows(table.columns + keys,
                 [r + tuple(by_id.get(r[i], {}).get(k) for k in keys) for r in table.rows])
+
+
+def blank_not_applicable(engine: Engine, table: Rows) -> Rows:
+    """``table`` with the fields that describe our training loop (``BUILTIN_ONLY_FIELDS``:
+    algorithm, model, learning rate, ...) blanked in the rows of command workloads. Those runs
+    ran the user's own program and hold only the defaults there: a table must not say that
+    such a run trained ``algorithm=sync``. Needs the ``run_id`` column; for display only
+    (``query``'s and ``status``'s tables and files), never for grouping."""
+    blanked = [i for i, c in enumerate(table.columns) if c in BUILTIN_ONLY_FIELDS]
+    if not blanked or "run_id" not in table.columns or not table.rows:
+        return table
+    at = table.columns.index("run_id")
+    with engine.connect() as conn:
+        commands = set(conn.scalars(select(Run.id).where(Run.id.in_(plain_ids(r[at] for r in table.rows)),
+                                                         Run.workload_kind == "command")))
+    if not commands:
+        return table
+    return Rows(table.columns, [tuple(None if i in blanked and r[at] in commands else v for i, v in enumerate(r))
+                                for r in table.rows])
 
 
 def recent_run_ids(engine: Engine, study: str, limit: int) -> list[int]:

@@ -18,9 +18,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from orchestrator import config_schema
-from orchestrator.report import SUMMARY_COLUMNS, SWEEP_COLUMNS
-from orchestrator.runspec import build_run_spec, run_key
+from orchestrator.sweep import schema as config_schema
+from orchestrator.terminal.output import SUMMARY_COLUMNS
+from orchestrator.terminal.tables import SWEEP_COLUMNS
+from orchestrator.sweep.runspec import build_run_spec, run_key
 from results_db import compare, connect, query
 from results_db.figures import render_study
 from results_db.runs import PlannedRun, register_runs

@@ -216,7 +216,7 @@ def test_local_runs_planned_whole_skip_hydras_run_job(tmp_path, extra, run_jobs)
             "workload.command=[python,-c,\"print('throughput: 5.0 samples/s')\"]",
             "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'", f"db_url=sqlite:///{db}",
             f"hydra.sweep.dir={tmp_path / 'mr'}", *extra]
-    program = ("import json, sys; import orchestrator.launcher as L; calls = []; real = L.run_job\n"
+    program = ("import json, sys; import orchestrator.sweep.job_returns as L; calls = []; real = L.run_job\n"
                "def counted(*a, **k):\n    calls.append(1); return real(*a, **k)\n"
                "L.run_job = counted\nfrom orchestrator.cli import main\n"
                "rc = main(json.loads(sys.argv[1])); print('run_job calls:', len(calls)); sys.exit(rc)")

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from orchestrator.errors import ConfigError
-from orchestrator.runspec import build_run_spec
+from orchestrator.sweep.runspec import build_run_spec
 from workloads.emulation import ComputeProfile, emulate_compute
 
 from conftest import scalestudy
@@ -175,12 +175,13 @@ def test_unmeasured_or_diverged_values_are_written_as_null(tmp_path):
     """JSON has no NaN; the strict reader that ingests metrics files refuses it."""
     import orjson
 
-    from workloads.metrics import MetricsWriter, rank_file
+    from workloads.metrics import MetricsWriter
+    from workloads.run_folder import rank_metrics_file
 
     writer = MetricsWriter(tmp_path, 0)
     writer.eval(epoch=0, top1=float("nan"), loss=float("inf"), samples_seen=8)
     writer.close()
-    record = orjson.loads(rank_file(tmp_path, 0).read_text().splitlines()[0])
+    record = orjson.loads(rank_metrics_file(tmp_path, 0).read_text().splitlines()[0])
     assert (record["top1"], record["loss"], record["samples_seen"]) == (None, None, 8)
 
 

@@ -19,8 +19,9 @@ import parsl
 import pytest
 import zmq
 
-from orchestrator.parsl_config import build_parsl_config
-from orchestrator.sites import load_site
+from orchestrator.pools.parsl_config import build_parsl_config
+from orchestrator.site.queues import plan_batch_jobs
+from orchestrator.site.config import load_site
 from results_db import connect
 
 
@@ -47,7 +48,8 @@ def _intruder_registers(executor) -> bool:
 
 @pytest.mark.parametrize("encrypted", [True, False], ids=["as-configured", "control-unencrypted"])
 def test_only_worker_pools_with_the_sweeps_keys_can_register(tmp_path, encrypted):
-    config = build_parsl_config(load_site("local_slurm"), tmp_path, [1])   # no block is submitted
+    site = load_site("local_slurm")
+    config = build_parsl_config(site, tmp_path, plan_batch_jobs(site, [1]))   # no block is submitted
     [executor] = config.executors
     assert executor.encrypted, "the site's executor must be encrypted"
     executor.encrypted = encrypted   # the control case: what Parsl's MPIExecutor does by default

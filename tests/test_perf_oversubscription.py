@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from perf_model.fit import FitError, fit_oversubscription
-from perf_model.oversubscription import Host
+from perf_model.machine import Host
 from perf_model.terms import oversubscription_seconds
 
 
@@ -92,7 +92,7 @@ def test_fit_through_the_database_recovers_a_known_q(tmp_path):
     """2, 4 and 8 ranks on the local site's 2 cores, steps made by the model with a known q:
     the fit recovers q within 5 %, and without site hosts says why it cannot."""
     from perf_model.model import fit_study
-    from orchestrator.planner import host_of_site_name
+    from orchestrator.site.model_inputs import host_of_site_name
     from results_db import connect
 
     known = 0.004
@@ -125,7 +125,7 @@ def test_a_run_pinned_to_fewer_cpus_counts_its_crowding_on_them(tmp_path):
     from perf_model.oversubscription import residual_points
     from perf_model.predict import term_params
     from perf_model.study import load_study
-    from orchestrator.planner import host_of_site_name
+    from orchestrator.site.model_inputs import host_of_site_name
     from results_db import connect
 
     known = 0.004
@@ -158,7 +158,7 @@ def test_runs_recording_more_cpus_than_the_site_are_counted_on_the_sites(tmp_pat
     from sqlalchemy.orm import Session
 
     from perf_model.model import fit_study
-    from orchestrator.planner import host_of_site_name
+    from orchestrator.site.model_inputs import host_of_site_name
     from results_db import connect
     from results_db.schema import Run
 
@@ -174,8 +174,8 @@ def test_runs_recording_more_cpus_than_the_site_are_counted_on_the_sites(tmp_pat
 def test_prediction_crowds_the_fit_host_and_not_a_site_with_cores(tmp_path):
     from perf_model.model import fit_study
     from perf_model.predict import predict
-    from orchestrator.planner import host_of, host_of_site_name
-    from orchestrator.sites import load_site
+    from orchestrator.site.model_inputs import host_of, host_of_site_name
+    from orchestrator.site.config import load_site
     from results_db import connect
     from results_db.model_fits import latest_model_fit
 

@@ -10,7 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from perf_model.predict import Network, PredictError, choose_algorithm, predict
+from perf_model.machine import Network
+from perf_model.predict import PredictError, choose_algorithm, predict
 from perf_model.terms import expected_max_normal, injected_wait_eager, injected_wait_sync
 
 RNG = np.random.default_rng(11)
@@ -134,16 +135,17 @@ def test_prediction_errors_name_what_is_missing():
 
 
 def test_walltime_request_and_queue_minimum():
-    from orchestrator.planner import _queue_for, walltime_request
-    from orchestrator.queues import choose_queue
-    from orchestrator.sites import load_site, walltime_seconds
+    from orchestrator.site.queues import queue_for_walltime
+    from orchestrator.sweep.prediction import walltime_request
+    from orchestrator.site.checks import walltime_seconds
+    from orchestrator.site.config import load_site
 
     assert walltime_request(60) == "00:10:00"          # 60 s x 1.5 + 5 min, up to 5 min steps
     assert walltime_request(3600) == "01:35:00"
     theta = load_site("theta")
-    site, queue, why = _queue_for(theta, 128, "00:10:00", choose_queue)
+    site, queue, why = queue_for_walltime(theta, 128, "00:10:00")
     assert (queue, site.walltime, why) == ("default", "00:30:00", "")   # raised to the queue's minimum
-    site, queue, why = _queue_for(theta, 16, "00:10:00", choose_queue)
+    site, queue, why = queue_for_walltime(theta, 16, "00:10:00")
     assert queue == "" and why.startswith("no queue of site theta takes a 16-node job")
     assert walltime_request(1e9) == "999:00:00"      # what a walltime field holds, not an endless one
     assert walltime_seconds(walltime_request(1e9)) == 999 * 3600   # 1,000 h and more would not parse
@@ -182,8 +184,8 @@ def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
     table = pd.read_csv(tmp / "fig" / "prediction-sync-theta.csv")
     assert (tmp / "fig" / "prediction-sync-theta.png").stat().st_size > 10_000
     # the CLI's numbers are predict()'s, on the stored fit and Theta's network
-    from orchestrator.planner import host_of, network_of
-    from orchestrator.sites import load_site
+    from orchestrator.site.model_inputs import host_of, network_of
+    from orchestrator.site.config import load_site
 
     fit = latest_model_fit(connect(url), "syn")
     theta = load_site("theta")
@@ -223,8 +225,8 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     scaling = [line for line in text.splitlines() if "queue=debug-scaling" in line]
     assert len(scaling) == 2 and all(len(line.split("nodes=")[1].split()[0].split(",")) == 1 for line in scaling)
     # each written sweep asks for what its sizes were priced at: charged at most, within the budget
-    from orchestrator.queues import charged_node_hours
-    from orchestrator.sites import load_site
+    from orchestrator.site.queues import charged_node_hours
+    from orchestrator.site.config import load_site
 
     polaris, total = load_site("polaris"), 0.0
     priced = {int(s[0]): s[3] for s in chosen}
@@ -266,8 +268,9 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     predicted = [float(m) for m in re.findall(r"predicted: ([\d.]+) min", text)]
-    from orchestrator.planner import host_of, network_of, predicted_run_seconds
-    from orchestrator.sites import load_site
+    from orchestrator.site.model_inputs import host_of, network_of
+    from orchestrator.sweep.prediction import predicted_run_seconds
+    from orchestrator.site.config import load_site
     from results_db import connect
     from results_db.model_fits import latest_model_fit
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sites import load_site
+from orchestrator.site.config import load_site
 
 from conftest import REPO
 

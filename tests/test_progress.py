@@ -8,7 +8,7 @@ import time
 
 from rich.console import Console
 
-from orchestrator.progress import RUN_LINES_UP_TO, SweepProgress
+from orchestrator.sweep.progress import RUN_LINES_UP_TO, SweepProgress
 
 
 def _console(terminal: bool) -> tuple[Console, io.StringIO]:

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.queues import charged_node_hours, check_job_limits, choose_queue, site_for_nodes
-from orchestrator.sites import load_site, with_overrides
+from orchestrator.site.queues import charged_node_hours, choose_queue, plan_batch_jobs
+from orchestrator.site.config import load_site, with_overrides
 
 from conftest import scalestudy
 
@@ -43,7 +43,7 @@ def test_polaris_routes_by_size_and_never_to_preemptable():
 
 def test_a_queue_given_on_the_command_line_is_kept_or_refused():
     pinned = with_overrides(load_site("polaris"), queue="debug")
-    assert site_for_nodes(pinned, 2).queue == "debug"
+    assert [job.queue for job in plan_batch_jobs(pinned, [2])] == ["debug"]
     with pytest.raises(ConfigError) as err:
         choose_queue(pinned, 3)
     msg = str(err.value)
@@ -54,10 +54,12 @@ def test_a_queue_given_on_the_command_line_is_kept_or_refused():
 
 def test_per_user_job_limit_refuses_a_sweep_the_queue_would_reject():
     polaris = load_site("polaris")
-    assert check_job_limits(polaris, [1, 2]) == ["1-node runs go to queue debug (queue prod takes at least 10 nodes)",
-                                                 "2-node runs go to queue debug (queue prod takes at least 10 nodes)"]
+    jobs = plan_batch_jobs(polaris, [1, 2])
+    assert [(job.nodes, job.queue) for job in jobs] == [(1, "debug"), (2, "debug")]
+    assert [job.note for job in jobs] == ["1-node runs go to queue debug (queue prod takes at least 10 nodes)",
+                                          "2-node runs go to queue debug (queue prod takes at least 10 nodes)"]
     with pytest.raises(ConfigError, match="debug-scaling holds at most 1 job"):
-        check_job_limits(polaris, [3, 5])   # two batch jobs at once in debug-scaling
+        plan_batch_jobs(polaris, [3, 5])   # two batch jobs at once in debug-scaling
 
 
 def test_charge_is_the_facility_rule():

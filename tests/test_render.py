@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from orchestrator.report import RICH_ROWS, render
-from orchestrator.sweep_table import cell
+from orchestrator.terminal.output import RICH_ROWS, render
+from orchestrator.terminal.tables import cell
 
 
 def test_a_long_table_is_plain_aligned_text_with_every_row(capsys):

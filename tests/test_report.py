@@ -15,7 +15,7 @@ from orchestrator.cli import main
 from results_db import connect
 from results_db.figures import data as fd
 from results_db.figures import render_study
-from results_db.report import ReportError, build_report
+from results_db.html_report import ReportError, build_report
 from results_db.runs import PlannedRun, mark_failed, register_runs
 from results_db.schema import Eval, Run
 from workloads.spec import RunSpec

@@ -193,7 +193,7 @@ def test_non_finite_values_aggregate_and_print_as_pandas_would(tmp_path, capsys)
     grouped = group_rows(table, ["nodes"], {"throughput": ["mean", "std"]})
     assert grouped.rows[0][1] == float("inf") and math.isnan(grouped.rows[0][2])
     assert grouped.rows[1][1:] == (4.0, pytest.approx(math.sqrt(2.0)))
-    from orchestrator.report import render
+    from orchestrator.terminal.output import render
 
     render(Rows(["run_id", "metrics"], [(1, {"loss": float("nan"), "best": float("inf"), "n": 3})]), "json")
     assert json.loads(capsys.readouterr().out) == [{"run_id": 1, "metrics": {"loss": None, "best": None, "n": 3}}]

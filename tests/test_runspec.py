@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.runspec import build_run_spec, run_key
+from orchestrator.sweep.runspec import build_run_spec, run_key
 
 BASE = dict(study_name="t", site="local", nodes=2, workers_per_node=2, threads_per_node=4, batch_size=8,
             algorithm="sync", model="small_cnn", dataset="digits", epochs=1, steps_per_epoch=None,

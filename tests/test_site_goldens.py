@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch_flags import launch_flags
-from orchestrator.parsl_config import node_hours, preview_batch_script, preview_launch_prefix
-from orchestrator.queues import site_for_nodes
-from orchestrator.sites import load_site
+from orchestrator.site.launchers import launch_flags
+from orchestrator.pools.preview import node_hours, preview_batch_script, preview_launch_prefix
+from orchestrator.site.queues import plan_batch_jobs
+from orchestrator.site.config import load_site
 
 GOLDEN = Path(__file__).parent / "golden"
 SITES = ("theta", "polaris", "perlmutter")
@@ -39,16 +39,17 @@ def _shape(site, nodes: int) -> tuple[int, int]:
 def render(site_name: str, nodes: int) -> str:
     site = load_site(site_name)
     workers, threads = _shape(site, nodes)
+    [job] = plan_batch_jobs(site, [nodes])
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
-        script, submit = preview_batch_script(site, nodes, Path(tmp))
+        script, submit = preview_batch_script(site, job, Path(tmp))
         text = f"# submit: {submit}\n{script.rstrip()}\n"
     text = re.sub(r"/tmp/tmp[A-Za-z0-9_]+/", "<script_dir>/", text)
     options = " ".join(x for x in (site.launcher_options, launch_flags(site, threads // workers, workers)) if x)
     prefix = preview_launch_prefix(site, nodes, workers, options)
-    charged, hours = node_hours(site, nodes)
+    charged, hours = node_hours(site, job)
     text += (f"# run: nodes={nodes} workers_per_node={workers} threads_per_node={threads}\n"
              f"# launch: {prefix} <program>\n"
-             f"# queue: {site_for_nodes(site, nodes).queue}; charged at most {charged} nodes x {site.walltime} "
+             f"# queue: {job.queue}; charged at most {charged} nodes x {site.walltime} "
              f"= {hours:.2f} node-hours\n")
     text = re.sub(r"(block-0)\.\d+\.\d+", r"\1.<time>", text)
     return text.replace(str(Path(sys.executable).parent), "<env>/bin")

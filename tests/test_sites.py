@@ -7,7 +7,7 @@ import re
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sites import known_sites, load_site, with_overrides
+from orchestrator.site.config import known_sites, load_site, with_overrides
 
 BASE = "provider: slurm\nmpi_launcher: srun\ncores_per_node: 2\nmax_nodes: 2\n"
 
@@ -22,7 +22,7 @@ def test_every_shipped_site_loads():
 
 
 def test_the_template_is_a_valid_site(tmp_path):
-    from orchestrator.sites import _site_dir
+    from orchestrator.site.config import site_dir as _site_dir
 
     path = tmp_path / "mysite.yaml"
     path.write_text((_site_dir() / "template.yaml").read_text())
@@ -80,7 +80,7 @@ def test_overrides_are_validated_like_the_site():
 
 def test_site_env_reaches_the_batch_script_quoted(tmp_path):
     """Values are literal: a $ or a ; in them is quoted, never expanded or run."""
-    from orchestrator.parsl_config import worker_init
+    from orchestrator.pools.parsl_config import worker_init
 
     path = tmp_path / "mysite.yaml"
     path.write_text(BASE + "env:\n  MPIR_CVAR_CH4_NETMOD: ofi\n  ODD: 'a b;$(id)'\n  N: 4\n")
@@ -92,7 +92,7 @@ def test_site_env_reaches_the_batch_script_quoted(tmp_path):
 
 
 def test_srun_runs_end_when_one_rank_fails():
-    from orchestrator.parsl_config import launch_flags
+    from orchestrator.site.launchers import launch_flags
 
     assert launch_flags(load_site("local_slurm"), 1) == "--kill-on-bad-exit=1 --cpus-per-task=1"
     assert "kill-on-bad-exit" not in launch_flags(load_site("local"), 1)
@@ -110,9 +110,8 @@ def test_srun_runs_end_when_one_rank_fails():
     ("polaris", 8, 4, "--depth=8 --cpu-bind=depth"),
 ])
 def test_binding_by_hardware_threads(site_name, threads_per_rank, ranks, flags):
-    from orchestrator.launch_flags import binding_flags
-
-    assert binding_flags(load_site(site_name), threads_per_rank, ranks) == flags
+    site = load_site(site_name)
+    assert site.launcher.binding_flags(site, threads_per_rank, ranks) == flags
 
 
 @pytest.mark.parametrize("nodes, ppn, options", [(1, 1, ""), (2, 2, ""), (4, 3, "-genv X 1")])
@@ -120,7 +119,7 @@ def test_local_runs_start_as_parsl_would_start_them(nodes, ppn, options):
     """The local site runs without Parsl; its mpiexec line is the one Parsl composes."""
     from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
 
-    from orchestrator.run_pools import local_mpiexec_prefix
+    from orchestrator.pools import local_mpiexec_prefix
 
     spec = {"num_nodes": nodes, "ranks_per_node": ppn, "num_ranks": nodes * ppn, "launcher_options": options}
     parsl_prefix = compose_all("mpiexec", spec, ["localhost"] * nodes)["PARSL_MPI_PREFIX"].strip()
@@ -140,12 +139,12 @@ def test_the_local_site_refuses_what_it_cannot_do(tmp_path):
 
 def test_aprun_gets_its_node_list_as_node_ids():
     """Parsl composes ``-node-list nid03835,...``; Cray's aprun takes ``-L 3835,...``."""
-    from orchestrator.launch_flags import aprun_node_list
+    from orchestrator.site.launchers import fix_prefix
 
     words = ["aprun", "-n", "4", "-N", "2", "-node-list", "nid03835,nid03840", "-d", "1", "python"]
-    assert aprun_node_list(words) == ["aprun", "-n", "4", "-N", "2", "-L", "3835,3840", "-d", "1", "python"]
+    assert fix_prefix(words) == ["aprun", "-n", "4", "-N", "2", "-L", "3835,3840", "-d", "1", "python"]
     other = ["srun", "--ntasks", "2", "--nodelist", "n1,n2"]
-    assert aprun_node_list(other) == other
+    assert fix_prefix(other) == other
 
 
 def test_allocation_overrides_are_checked():
@@ -167,7 +166,7 @@ def test_allocation_overrides_are_checked():
 def test_a_site_network_block_is_checked(tmp_path):
     """``network:`` (model predict's interconnect) needs numbers > 0 and a source; a bad one is
     one clear error naming the key."""
-    import orchestrator.sites as sites
+    import orchestrator.site.config as sites
     from orchestrator.errors import ConfigError
 
     base = "provider: local\nmpi_launcher: mpiexec\ncores_per_node: 2\nmax_nodes: 2\n"

@@ -208,8 +208,8 @@ def test_one_failing_rank_ends_the_whole_srun_job(tmp_path, slurm_cluster):
     import sys
     import time
 
-    from orchestrator.parsl_config import launch_flags
-    from orchestrator.sites import load_site
+    from orchestrator.site.launchers import launch_flags
+    from orchestrator.site.config import load_site
 
     site = load_site("local_slurm")
     program = "import os, sys, time; r = int(os.environ['SLURM_PROCID']); sys.exit(3) if r == 1 else time.sleep(120)"

@@ -11,8 +11,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 import hydra_plugins.scalestudy_launcher.parsl_launcher  # noqa: F401 - registers hydra/launcher=parsl
-from orchestrator.config_schema import register
-from orchestrator.sweep_compose import SweepComposer
+from orchestrator.sweep.schema import register
+from orchestrator.sweep.compose import SweepComposer
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def loader():
     register()
     setup_globals()   # Hydra's resolvers (now, hydra)
     GlobalHydra.instance().clear()
-    return ConfigLoaderImpl(config_search_path=create_config_search_path("pkg://orchestrator.conf"))
+    return ConfigLoaderImpl(config_search_path=create_config_search_path("pkg://orchestrator.sweep.conf"))
 
 
 def _master(loader, overrides):

@@ -123,7 +123,7 @@ def test_system_site_runs_take_the_launcher_from_outside_the_venv(tmp_path, monk
     """What a batch job's run does on an mpi: system site: the venv's mpiexec first on PATH is
     skipped; with no launcher outside it the run fails as a setup error naming the fix."""
     from orchestrator.errors import ConfigError
-    from orchestrator.mpi_env import resolve_launcher
+    from orchestrator.mpi.env import resolve_launcher
     from workloads.spec import RunSpec
 
     env = {"PATH": f"{BIN}:/usr/bin:/bin"}
@@ -131,8 +131,8 @@ def test_system_site_runs_take_the_launcher_from_outside_the_venv(tmp_path, monk
     with pytest.raises(FileNotFoundError, match="load the module that provides it"):
         resolve_launcher("mpiexec", {"PATH": str(BIN)})
     # mpi_run turns that into a setup failure (never retried), naming the site's mpi key
-    import orchestrator.mpi_run as mpi_run
-    from orchestrator.retry_policy import SETUP_FAILURE, classify
+    import orchestrator.mpi.run as mpi_run
+    from orchestrator.sweep.retry_policy import SETUP_FAILURE, classify
 
     spec = RunSpec.load(write_spec(tmp_path / "run"))
     monkeypatch.setenv("SCALESTUDY_SITE_MPI", "system")

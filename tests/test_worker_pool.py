@@ -8,8 +8,8 @@ import queue
 import pytest
 from parsl.executors.high_throughput.mpi_resource_management import MPITaskScheduler
 
-from orchestrator import worker_pool
-from orchestrator.worker_pool import schedule_backlog_tasks
+from orchestrator.pools import worker_pool
+from orchestrator.pools.worker_pool import schedule_backlog_tasks
 
 
 def _task(tid: int, nodes: int) -> dict:

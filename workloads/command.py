@@ -29,19 +29,15 @@ from pathlib import Path
 from . import report
 from .failure import SETUP, record_failure
 from .metrics import cpu_affinity
+from .run_folder import REPORTED_RESULT_FILE, rank_metrics_file, rank_output_file
 from .spec import RunSpec
 
-OUTPUT_DIR = "output"
 OUTPUT_DRAIN_SECONDS = 2.0
 ABORT_POLL_SECONDS, ABORT_GRACE_SECONDS = 0.5, 5.0
 ATTEMPT_ENV, LAUNCH_DIR_ENV = "SCALESTUDY_ATTEMPT", "SCALESTUDY_LAUNCH_DIR"
 RENDEZVOUS_SECONDS = 300.0
 # the rank variable of each launcher: MPICH/Hydra and srun's PMI, srun, Cray PALS, aprun, Open MPI, PMIx
 RANK_VARS = ("PMI_RANK", "SLURM_PROCID", "PALS_RANKID", "ALPS_APP_PE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-
-
-def output_file(run_dir: Path, rank: int) -> Path:
-    return run_dir / OUTPUT_DIR / f"rank-{rank}.log"
 
 
 def _first_int(names: tuple[str, ...], env: dict[str, str]) -> int | None:
@@ -131,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS") or str(spec.threads_per_worker),
     })
     program = resolve_argv(spec.command, Path(env.get(LAUNCH_DIR_ENV, os.getcwd())))
-    metrics = report.metrics_file(run_dir, rank)
+    metrics = rank_metrics_file(run_dir, rank)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
                                                 "node": node, "pid": os.getpid(), "t": time.time(),
                                                 "command": program, "local_rank": local_rank,
                                                 "cpus": cpu_affinity()})
-    out_path = output_file(run_dir, rank)
+    out_path = rank_output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     try:
@@ -213,7 +209,7 @@ def _exit_codes(run_dir: Path, world_size: int) -> dict[int, tuple[int, float]]:
     codes = {}
     for rank in range(world_size):
         try:
-            lines = report.metrics_file(run_dir, rank).read_text().splitlines()
+            lines = rank_metrics_file(run_dir, rank).read_text().splitlines()
         except OSError:
             continue
         for line in reversed(lines):
@@ -250,13 +246,13 @@ def summarize(spec: RunSpec, run_dir: Path, launcher_exit: int, wall_seconds: fl
     start the program (the wrapper failed, or the launcher did)."""
     from .output_metrics import extract
 
-    outputs = {r: output_file(run_dir, r) for r in range(spec.world_size)}
+    outputs = {r: rank_output_file(run_dir, r) for r in range(spec.world_size)}
     codes = _exit_codes(run_dir, spec.world_size)
     failing = first_failure(codes)
     exit_code = codes[failing][0] if failing is not None else (launcher_exit if launcher_exit else
                                                                codes.get(0, (0, 0.0))[0])
     reported = {}
-    reported_path = run_dir / report.REPORTED_RESULT
+    reported_path = run_dir / REPORTED_RESULT_FILE
     if reported_path.is_file():
         reported = {k: v for k, v in json.loads(reported_path.read_text()).items() if k != "schema"}
     found, missing = extract(spec.metric_patterns, outputs)
@@ -274,7 +270,7 @@ def summarize(spec: RunSpec, run_dir: Path, launcher_exit: int, wall_seconds: fl
         error = missing[0]
     steps = 0
     try:
-        steps = sum(1 for line in report.metrics_file(run_dir, 0).read_text().splitlines() if '"type":"step"' in line)
+        steps = sum(1 for line in rank_metrics_file(run_dir, 0).read_text().splitlines() if '"type":"step"' in line)
     except OSError:
         pass
     summary = {"status": "failed" if error else "done", "kind": "command", "world_size": spec.world_size,

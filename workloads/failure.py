@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-FAILURE_FILE = "failure.json"
+from .run_folder import FAILURE_FILE
+
 SETUP = "setup"
 
 

@@ -1,4 +1,4 @@
-"""Writers for the metrics contract (schema 1) that results_db ingests.
+"""Writers for the metrics contract that results_db ingests (the files: ``run_folder``).
 
 One JSON object per line per rank in ``<run_dir>/metrics/rank-<r>.jsonl``; rank 0
 writes ``result.json`` last, atomically, so its presence means the run finished.
@@ -14,9 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-METRICS_SCHEMA = 1
-RESULT_FILE = "result.json"
-METRICS_DIR = "metrics"
+from .run_folder import METRICS_SCHEMA, rank_metrics_file, result_file
 
 
 def cpu_affinity() -> list[int] | None:
@@ -38,13 +36,9 @@ def _finite(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def rank_file(run_dir: str | Path, rank: int) -> Path:
-    return Path(run_dir) / METRICS_DIR / f"rank-{rank}.jsonl"
-
-
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, rank: int) -> None:
-        path = rank_file(run_dir, rank)
+        path = rank_metrics_file(run_dir, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "w", buffering=1 << 16)
 
@@ -88,7 +82,7 @@ class MetricsWriter:
 
 def write_result(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     """Write the run summary atomically: readers never see a half-written file."""
-    path = Path(run_dir) / RESULT_FILE
+    path = result_file(run_dir)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"schema": METRICS_SCHEMA, **_finite(summary)}, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)

@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-METRICS_SCHEMA = 1
+from .run_folder import METRICS_SCHEMA, REPORTED_RESULT_FILE, STEP_PHASES, rank_metrics_file
+
 RUN_DIR_ENV, RANK_ENV, SIZE_ENV = "SCALESTUDY_RUN_DIR", "SCALESTUDY_RANK", "SCALESTUDY_WORLD_SIZE"
-REPORTED_RESULT = "result.report.json"   # merged into result.json once the whole job has ended
-PHASES = ("data", "forward", "backward", "comm_wait", "update", "delay")
 
 _file: Optional[TextIO] = None
 _t0 = time.time()
@@ -52,10 +51,6 @@ def enabled() -> bool:
     return run_dir() is not None
 
 
-def metrics_file(directory: Path, rank_: int) -> Path:
-    return directory / "metrics" / f"rank-{rank_}.jsonl"
-
-
 def append_record(path: Path, kind: str, fields: dict[str, Any]) -> None:
     """One record, appended and flushed (used by the launch wrapper around the program)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +64,7 @@ def _write(kind: str, fields: dict[str, Any], flush: bool = False) -> None:
     if directory is None:
         return
     if _file is None:
-        path = metrics_file(directory, rank())
+        path = rank_metrics_file(directory, rank())
         path.parent.mkdir(parents=True, exist_ok=True)
         _file = open(path, "a", buffering=1 << 16)
         atexit.register(_file.close)
@@ -92,11 +87,11 @@ def step(*, step: int, samples: int, seconds: Optional[float] = None, loss: Opti
     ``update``, ``delay``). Without ``seconds`` the step lasted the sum of its phases."""
     if run_dir() is None:
         return
-    unknown = sorted(set(phases) - set(PHASES))
+    unknown = sorted(set(phases) - set(STEP_PHASES))
     if unknown:
-        raise ValueError(f"report.step: unknown phase {unknown[0]!r}; known: {', '.join(PHASES)}")
+        raise ValueError(f"report.step: unknown phase {unknown[0]!r}; known: {', '.join(STEP_PHASES)}")
     now = time.time()
-    times = {p: _number(p, phases.get(p, 0.0)) for p in PHASES}
+    times = {p: _number(p, phases.get(p, 0.0)) for p in STEP_PHASES}
     total = _number("seconds", seconds) if seconds is not None else sum(times.values())
     _write("step", {"step": int(step), "epoch": int(epoch), "samples": int(samples), "t_start": now - total,
                     "seconds": total, "loss": None if loss is None else _number("loss", loss), **times})
@@ -119,7 +114,7 @@ def result(**metrics: float) -> None:
     if directory is None or rank() != 0:
         return
     values = {name: _number(name, value) for name, value in metrics.items()}
-    path = directory / REPORTED_RESULT
+    path = directory / REPORTED_RESULT_FILE   # merged into result.json once the whole job has ended
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"schema": METRICS_SCHEMA, **values}, sort_keys=True) + "\n")
     os.replace(tmp, path)

@@ -27,11 +27,11 @@ SPEC_SCHEMA = 1
 def axis(default: Any = dataclasses.MISSING, *, help: str, label: str | None = None, config: str | None = "",
          identity: bool = True, grouping: bool | None = None, hashed_when_default: bool = True,
          column: bool = True, summary: bool = False, config_default: Any = dataclasses.MISSING,
-         factory: Any = None) -> Any:
+         factory: Any = None, builtin_only: bool = False) -> Any:
     """A ``RunSpec`` field with its registry entry (see ``RunField``)."""
     meta = {"help": help, "label": label, "config": config, "identity": identity,
             "grouping": identity if grouping is None else grouping, "hashed_when_default": hashed_when_default,
-            "column": column, "summary": summary, "config_default": config_default}
+            "column": column, "summary": summary, "config_default": config_default, "builtin_only": builtin_only}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"scalestudy": meta})
     return dataclasses.field(default=default, metadata={"scalestudy": meta})
@@ -53,50 +53,50 @@ class RunSpec:
     batch_size: int = axis(32, label="batch size per worker", summary=True,
                            help="per worker; the global batch is batch_size x total ranks")
     # -- what trains -------------------------------------------------------------------------
-    algorithm: str = axis("sync", summary=True,
+    algorithm: str = axis("sync", builtin_only=True, summary=True,
                           help="sync, ddp, horovod, eager_solo, eager_majority, async_ps")
-    model: str = axis("small_cnn", summary=True,
+    model: str = axis("small_cnn", builtin_only=True, summary=True,
                       help="small_cnn, resnet20, resnet50, nt3, lstm, an installed short name, or pkg.module:factory")
-    dataset: str = axis("digits", help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
+    dataset: str = axis("digits", builtin_only=True, help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
                                        "an installed short name, or pkg.module:factory")
-    dataset_path: Optional[str] = axis(None, label="dataset path", identity=False,
+    dataset_path: Optional[str] = axis(None, builtin_only=True, label="dataset path", identity=False,
                                        help="local folder for cifar10 / imagefolder (not part of the run's identity)")
-    epochs: int = axis(3, help="training epochs")
-    steps_per_epoch: Optional[int] = axis(None, label="steps per epoch",
+    epochs: int = axis(3, builtin_only=True, help="training epochs")
+    steps_per_epoch: Optional[int] = axis(None, builtin_only=True, label="steps per epoch",
                                           help="cap on steps per epoch (null: the whole training set)")
-    lr: float = axis(0.1, label="learning rate", help="SGD learning rate")
-    momentum: float = axis(0.9, help="SGD momentum")
+    lr: float = axis(0.1, builtin_only=True, label="learning rate", help="SGD learning rate")
+    momentum: float = axis(0.9, builtin_only=True, help="SGD momentum")
     seed: int = axis(0, grouping=False, summary=True, help="random seed (runs that differ only in seed are repeats)")
     repeat: int = axis(0, grouping=False, hashed_when_default=False,
                        help="repeat index: runs that differ only in it are repeats of one configuration")
     # -- communication ----------------------------------------------------------------------
-    fusion_threshold_mb: float = axis(64.0, label="fusion threshold (MB)",
+    fusion_threshold_mb: float = axis(64.0, builtin_only=True, label="fusion threshold (MB)",
                                       help="fuse ready gradients into buffers up to this size; 0: one allreduce per tensor")
-    cycle_time_ms: float = axis(5.0, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
-    autotune: bool = axis(False, hashed_when_default=False,
+    cycle_time_ms: float = axis(5.0, builtin_only=True, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
+    autotune: bool = axis(False, builtin_only=True, hashed_when_default=False,
                           help="sync: try cycle_time_ms, a fifth of it and one cycle per step in the first steps and "
                                "keep the fastest (run metrics: autotune_cycle_time_ms); horovod: HOROVOD_AUTOTUNE")
-    engine_thread: bool = axis(True, label="engine thread", hashed_when_default=False,
+    engine_thread: bool = axis(True, builtin_only=True, label="engine thread", hashed_when_default=False,
                                help="sync: run the engine's cycles on a thread of their own (Horovod's design); "
                                     "false: on the training thread, between gradient hooks")
-    timeline: bool = axis(False, help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
+    timeline: bool = axis(False, builtin_only=True, help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
     device: str = axis("cpu", help="cpu, or cuda (ddp only)")
-    sync_every: int = axis(10, label="synchronous round every",
+    sync_every: int = axis(10, builtin_only=True, label="synchronous round every",
                            help="eager_*: a synchronous round and model averaging every this many steps (0: only the last)")
-    compute: str = axis("real", summary=True, hashed_when_default=False,
+    compute: str = axis("real", builtin_only=True, summary=True, hashed_when_default=False,
                         help="real, or emulated: forward and backward are sleeps drawn from compute_profile, "
                              "everything that communicates stays real (workloads/emulation.py)")
-    compute_profile: Optional[str] = axis(None, label="compute profile", hashed_when_default=False,
+    compute_profile: Optional[str] = axis(None, builtin_only=True, label="compute profile", hashed_when_default=False,
                                           help="compute=emulated: a profile file (scalestudy profile RUN_ID -o FILE)")
     # -- load imbalance ----------------------------------------------------------------------
-    imbalance_kind: str = axis("none", label="imbalance", config="imbalance.kind",
+    imbalance_kind: str = axis("none", builtin_only=True, label="imbalance", config="imbalance.kind",
                                help="none, injected, fixed, exponential, lognormal, inherent")
-    imbalance_ranks: int = axis(1, label="delayed ranks per step", config="imbalance.ranks",
+    imbalance_ranks: int = axis(1, builtin_only=True, label="delayed ranks per step", config="imbalance.ranks",
                                 help="injected: ranks picked per step by an RNG shared by all ranks")
-    imbalance_delay_ms: float = axis(0.0, label="injected delay (ms)", config="imbalance.delay_ms",
+    imbalance_delay_ms: float = axis(0.0, builtin_only=True, label="injected delay (ms)", config="imbalance.delay_ms",
                                      help="injected/fixed: the sleep; exponential/lognormal: its mean")
-    imbalance_rank: int = axis(-1, label="slow rank", config="imbalance.rank", help="fixed: the slow rank (-1: the last)")
-    imbalance_sigma: float = axis(1.0, label="imbalance sigma", config="imbalance.sigma", help="lognormal: shape")
+    imbalance_rank: int = axis(-1, builtin_only=True, label="slow rank", config="imbalance.rank", help="fixed: the slow rank (-1: the last)")
+    imbalance_sigma: float = axis(1.0, builtin_only=True, label="imbalance sigma", config="imbalance.sigma", help="lognormal: shape")
     # -- the user's own workload ------------------------------------------------------------
     workload_kind: str = axis("builtin", label="workload", config="workload.kind", hashed_when_default=False,
                               help="builtin (our training loop; model/dataset may be the user's), or command")
@@ -170,6 +170,7 @@ class RunField:
     column: bool              # has a column in the runs table
     summary: bool             # shown in the default query / status tables
     config_default: Any       # the config's default when it differs from the spec's (an interpolation)
+    builtin_only: bool        # describes our training loop: nothing a command workload's run did (shown as -)
 
 
 def _fields() -> tuple[RunField, ...]:
@@ -186,7 +187,8 @@ def _fields() -> tuple[RunField, ...]:
                             label=meta["label"] or f.name.replace("_", " "), config=config,
                             identity=meta["identity"], grouping=meta["grouping"],
                             hashed_when_default=meta["hashed_when_default"], column=meta["column"],
-                            summary=meta["summary"], config_default=meta["config_default"]))
+                            summary=meta["summary"], config_default=meta["config_default"],
+                            builtin_only=meta["builtin_only"]))
     return tuple(out)
 
 
@@ -196,3 +198,5 @@ IDENTITY_FIELDS = tuple(f.name for f in FIELDS if f.identity)
 # two runs are repeats of one configuration when they agree on all of these
 CONFIG_FIELDS = tuple(f.name for f in FIELDS if f.grouping)
 COLUMN_FIELDS = tuple(f.name for f in FIELDS if f.column)
+# what a command workload's runs hold only as defaults (they ran the user's program, not our loop)
+BUILTIN_ONLY_FIELDS = tuple(f.name for f in FIELDS if f.builtin_only)

@@ -12,7 +12,6 @@ import os
 import platform
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,9 @@ from .imbalance import DelayInjector
 from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
 from .models import build_model
+from .outcome import TrainOutcome, make_outcome, record_step
+from .run_folder import STEP_PHASES
 from .spec import RunSpec
-
-
-@dataclass
-class TrainOutcome:
-    """What one rank knows at the end; rank 0's copy is the run summary."""
-
-    summary: dict[str, Any]
-    final_state: dict[str, torch.Tensor]
-    final_params: dict[str, torch.Tensor]
 
 
 def configure_threads(spec: RunSpec) -> int:
@@ -132,11 +124,10 @@ def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
     return torch.device("cpu")
 
 
-def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
-                run_dir: Path) -> TrainOutcome:
-    rank, size = comm.Get_rank(), comm.Get_size()
-    device = _to_device(spec, comm)
-    try:  # a failure here is the configuration's or the factories', and would recur: never retried
+def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module]:
+    """The run's data and model, on its device (a failure here is the configuration's or the
+    factories', and would recur: a ``SetupError``, never retried)."""
+    try:
         data = load_dataset(spec.dataset, spec.dataset_path, variable_length=spec.imbalance_kind == "inherent",
                             params=spec.params, seed=spec.seed)
         model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params)
@@ -147,12 +138,11 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
         from .emulation import ComputeProfile, emulate_compute
 
         emulate_compute(model, ComputeProfile.load(spec.compute_profile), spec.seed, rank, data.x_train[:1])
-    delays = delay_injector(spec, size)
-    if spec.algorithm == "async_ps":
-        from .algorithms.async_ps import train_async_ps
+    return data, model
 
-        return train_async_ps(spec, comm, clock, writer, data, model, delays)
-    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
+
+def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock: AlignedClock,
+                   sampler: GlobalBatchSampler, run_dir: Path):
     options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
                           autotune=spec.autotune, engine_thread=spec.engine_thread,
                           timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
@@ -161,9 +151,52 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
     engine.broadcast_parameters()
     engine.set_optimizer(torch.optim.SGD(engine.params, lr=spec.lr, momentum=spec.momentum))
-    timeline = spec.timeline
+    return engine
 
-    phases = dict.fromkeys(PHASES, 0.0)
+
+def _timed_step(engine, data: Dataset, idx, device: torch.device, step: int, delay: float):
+    """One step; its loss and the seven time marks between its phases (``STEP_PHASES``)."""
+    t0 = time.perf_counter()
+    engine.begin_step(step)
+    x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
+    t1 = time.perf_counter()
+    engine.zero_grad()
+    loss = objective.loss(engine.module(x), y)
+    t2 = time.perf_counter()
+    if delay:
+        time.sleep(delay)
+    t2d = time.perf_counter()
+    loss.backward()
+    t3 = time.perf_counter()
+    engine.synchronize()
+    t4 = time.perf_counter()
+    engine.step()
+    t5 = time.perf_counter()
+    return loss, (t0, t1, t2, t2d, t3, t4, t5)
+
+
+def _write_rounds(writer: MetricsWriter, rank: int, rounds) -> None:
+    """eager-SGD's rounds (rank 0 writes the round, every rank what it contributed)."""
+    for record in rounds:
+        if rank == 0:
+            writer.round(**record)
+        writer.contribution(round=record["round"], local=record["local"],
+                            staleness=record["staleness"], drift=record.get("drift"))
+
+
+def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
+                run_dir: Path) -> TrainOutcome:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    device = _to_device(spec, comm)
+    data, model = _build(spec, rank, device)
+    delays = delay_injector(spec, size)
+    if spec.algorithm == "async_ps":
+        from .algorithms.async_ps import train_async_ps
+
+        return train_async_ps(spec, comm, clock, writer, data, model, delays)
+    sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
+    engine = _gradient_sync(spec, model, comm, clock, sampler, run_dir)
+    phases = dict.fromkeys(STEP_PHASES, 0.0)
     step = samples_seen = 0
     train_seconds = 0.0
     last_top1 = last_loss = float("nan")
@@ -174,32 +207,12 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
             epoch_start = time.perf_counter()
             for idx in sampler.epoch(epoch):
                 t_start = clock.now()
-                t0 = time.perf_counter()
-                engine.begin_step(step)
-                x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
-                t1 = time.perf_counter()
-                engine.zero_grad()
-                loss = objective.loss(engine.module(x), y)
-                t2 = time.perf_counter()
-                delay = delays.seconds(step, rank)
-                if delay:
-                    time.sleep(delay)
-                t2d = time.perf_counter()
-                loss.backward()
-                t3 = time.perf_counter()
-                engine.synchronize()
-                t4 = time.perf_counter()
-                engine.step()
-                t5 = time.perf_counter()
+                loss, marks = _timed_step(engine, data, idx, device, step, delays.seconds(step, rank))
                 samples_seen += sampler.global_batch_size
-                record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), (t0, t1, t2, t2d, t3, t4, t5))
-                if timeline:
-                    _write_step_events(writer, step, t_start, t0, (t1, t2, t2d, t3, t4, t5), engine.drain_events())
-                for record in engine.drain_rounds():
-                    if rank == 0:
-                        writer.round(**record)
-                    writer.contribution(round=record["round"], local=record["local"],
-                                        staleness=record["staleness"], drift=record.get("drift"))
+                record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
+                if spec.timeline:
+                    _write_step_events(writer, step, t_start, marks[0], marks[1:], engine.drain_events())
+                _write_rounds(writer, rank, engine.drain_rounds())
                 step += 1
             train_seconds += time.perf_counter() - epoch_start
             # an emulated run computes nothing worth scoring: its accuracy is not measured
@@ -218,45 +231,6 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     if decided:
         outcome.summary["metrics"] = decided
     return outcome
-
-
-PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
-
-
-def record_step(writer: MetricsWriter, phases: dict[str, float], step: int, epoch: int, samples: int,
-                t_start: float, loss: float, marks: tuple[float, ...]) -> None:
-    """One step record from the loop's seven time marks; also adds to the rank's phase totals."""
-    timings = {name: b - a for name, a, b in zip(PHASES, marks, marks[1:])}
-    for name, seconds in timings.items():
-        phases[name] += seconds
-    writer.step(step=step, epoch=epoch, samples=samples, t_start=t_start, loss=loss, **timings)
-
-
-def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps: int, samples: int,
-                 train_seconds: float, wall_start: float, phases: dict[str, float], top1: float, loss: float,
-                 global_batch: int) -> TrainOutcome:
-    """The run summary: throughput is global samples over the slowest rank's training time."""
-    slowest = comm.allreduce(train_seconds, op=MPI.MAX)
-    rank_summary = {"steps": steps, "train_seconds": train_seconds,
-                    **{f"{k}_seconds": v for k, v in phases.items()}}
-    summary = {
-        "status": "done",
-        "world_size": comm.Get_size(),
-        "steps": steps,
-        "epochs": spec.epochs,
-        "global_batch_size": global_batch,
-        "samples": samples,
-        "train_seconds": slowest,
-        "wall_seconds": time.perf_counter() - wall_start,
-        "throughput": samples / slowest if slowest > 0 else float("nan"),
-        "steps_per_second": steps / slowest if slowest > 0 else float("nan"),
-        "final_top1": top1,
-        "final_loss": loss,
-        "rank_summary": rank_summary,
-    }
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
-    return TrainOutcome(summary=summary, final_state=state, final_params=params)
 
 
 def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: float,

@@ -3,7 +3,7 @@
 ``hydra_plugins`` is a namespace package (no ``__init__.py`` at its top): Hydra
 imports every module under it at start-up, which stores the config node below.
 Hydra instantiates only plugin classes defined under ``hydra_plugins``, hence the
-empty subclass; all behaviour stays in ``orchestrator.launcher``.
+empty subclass; all behaviour stays in ``orchestrator.sweep.launcher``.
 """
 
 from dataclasses import dataclass
@@ -11,11 +11,11 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from orchestrator import launcher as _launcher
+from orchestrator.sweep import launcher as _launcher
 
 
 class ParslLauncher(_launcher.ParslLauncher):
-    """Hydra's handle on ``orchestrator.launcher.ParslLauncher``."""
+    """Hydra's handle on ``orchestrator.sweep.launcher.ParslLauncher``."""
 
 
 @dataclass
@@ -28,7 +28,7 @@ class ParslLauncherConf:
     ranks_per_node: Any = 1
     # extra flags for the MPI launcher (e.g. --mpi=pmi2 for srun)
     launcher_options: str = ""
-    # dotted path to a class told about the sweep (see orchestrator.launcher.SweepObserver)
+    # dotted path to a class told about the sweep (see orchestrator.sweep.observer.SweepObserver)
     observer: Optional[str] = None
     poll_seconds: float = 0.5
     # override the site's account, queue (Slurm partition) and walltime (HH:MM:SS)

@@ -15,6 +15,7 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
+from workloads.run_folder import STEP_PHASES
 from workloads.spec import FIELD
 
 from .. import compare, query
@@ -45,7 +46,6 @@ def setting(axis: str, value) -> str:
     return f"{name}={_fmt(value)}"
 
 
-STEP_PHASES = ("data", "forward", "delay", "backward", "comm_wait", "update")
 TIMELINE_LANES = ("forward", "delay", "backward", "wait", "update")
 # every phase in words, shared by the step-time breakdown and the timeline (the timeline's
 # "wait" is the breakdown's comm_wait: the training thread waiting for the collectives)

@@ -18,7 +18,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .data import PHASE_LABELS, STEP_PHASES, TIMELINE_LANES, label_of  # noqa: E402
+from workloads.run_folder import STEP_PHASES  # noqa: E402
+
+from .data import PHASE_LABELS, TIMELINE_LANES, label_of  # noqa: E402
 
 PHASE_COLOURS = {"data": "#bbbbbb", "forward": "#4c72b0", "delay": "#c44e52", "backward": "#55a868",
                  "comm_wait": "#dd8452", "wait": "#dd8452", "update": "#8172b3", "allreduce": "#937860",

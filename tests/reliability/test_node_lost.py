@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from orchestrator.mpi_run import LOG_FILE
-from orchestrator.sweep_recorder import _node_failure
+from workloads.run_folder import LOG_FILE
+from orchestrator.sweep.attempts import node_failure as _node_failure
 from results_db import connect
 from results_db.schema import Run
 

@@ -135,8 +135,8 @@ def test_how_a_failure_is_sorted(tmp_path):
     someone cancelled is never retried, one that failed with its node is a lost node, an
     executor that cannot submit blocks (a bad account) is a setup failure."""
     from orchestrator.errors import ConfigError
-    from orchestrator.mpi_run import RunTimedOut
-    from orchestrator.retry_policy import NodeLost, RetryPolicy, classify
+    from orchestrator.mpi.run import RunTimedOut
+    from orchestrator.sweep.retry_policy import NodeLost, RetryPolicy, classify
     from workloads.failure import record_failure
 
     class BadStateException(Exception):  # Parsl's name, as the task's error carries it

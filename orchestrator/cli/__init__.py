@@ -1,0 +1,77 @@
+"""``scalestudy``: launch sweeps and read their results.
+
+``sweep`` hands its arguments to the Hydra app (always in multirun mode: a study is a
+sweep); the other commands read the results database. Each command lives in a module of
+its group, imported only when it runs (``status`` must not pay for Hydra or pandas).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Sequence
+
+from .common import db_url_from, fail
+
+USAGE = """scalestudy <command> [options]
+
+commands:
+  sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
+                                    run a study's sweep (Hydra overrides; see README)
+  status [--study S] [--failed]     runs per study: pending, running, done, failed (--failed: why, and the log)
+  query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG] [--attempts all]
+                                    one row per run (or per group): table, CSV, JSON, Parquet
+  compare --baseline AXIS=VALUE     speedup and efficiency per configuration, mean ± std over repeats
+  figures --study S [--out DIR]     redraw every figure of a study from the database (PNG + the CSV behind it)
+  report --study S [--out DIR] [--baseline AXIS=VALUE]
+                                    one self-contained HTML folder: sweep, tables, figures, failures, provenance
+  ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
+  sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
+  profile RUN_ID [...] [-o FILE]    finished runs' compute profile, for compute=emulated runs
+  model fit --study S               fit the performance model (compute, allreduce, stragglers, overlap) and store it
+  model predict --study S [--nodes 8,16,...,1024] [--site SITE]
+                                    predicted throughput, efficiency, step breakdown with a band; a figure
+  plan study=S site=SITE --budget NODE_HOURS
+                                    node counts and repeats that fit a budget and the site's queues; the sweep to run
+  db upgrade|current                migrate the results database to this version's schema / show its revision
+"""
+
+
+
+# command -> "module:function" of this package, imported when the command runs
+COMMANDS = {"sweep": "sweep_cmd:sweep", "status": "results_cmd:status", "query": "results_cmd:query",
+            "compare": "results_cmd:compare", "figures": "results_cmd:figures", "report": "results_cmd:report",
+            "ingest": "admin_cmd:ingest", "sites": "admin_cmd:sites", "db": "admin_cmd:db",
+            "profile": "model_cmd:profile", "model": "model_cmd:model", "plan": "plan_cmd:plan"}
+
+
+def _command(name: str):
+    module, _, function = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        return fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
+    try:
+        return _command(command)(rest)
+    except Exception as exc:
+        # imported only now: ..errors imports Hydra (0.2 s), which `status` otherwise never needs
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from results_db.store import safe_url, scrub
+
+        from ..errors import ScalestudyError
+
+        if isinstance(exc, ScalestudyError):
+            return fail(str(exc))
+        if isinstance(exc, SQLAlchemyError):
+            url = db_url_from(rest)
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            return fail(f"database {safe_url(url)}: {scrub(first, url)}")
+        raise

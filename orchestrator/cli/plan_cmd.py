@@ -1,0 +1,173 @@
+"""``scalestudy plan``: the node counts and repeats a node-hour budget buys on a site, from
+a study's model fit (the pricing and choosing is ``orchestrator.sweep.budget_plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Sequence
+
+from ..terminal.tables import duration_text
+from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node
+
+SETTINGS = ("study", "site", "algorithm", "workers_per_node")
+
+
+def plan(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy plan",
+        description="Choose the node counts and repeats a node-hour budget buys on a site, from the study's "
+                    "model fit (scalestudy model fit): each size's predicted run time, walltime request, queue and "
+                    "charge; the predicted curve; and the sweep command to run (also written to --out).")
+    parser.add_argument("settings", nargs="*", metavar="KEY=VALUE",
+                        help="study=S (required: the fitted study), site=SITE (default local), algorithm=A, "
+                             "workers_per_node=W")
+    parser.add_argument("--budget", type=float, required=True, help="node-hours to spend, charged at most")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs per node count (default: the most, up to 5, that keep the widest range of node "
+                             "counts in the budget)")
+    parser.add_argument("--nodes", default=None, help="candidate node counts (default 1,2,4,... up to the site's max)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: what the study's runs ran)")
+    parser.add_argument("--out", default=None, help="file for the sweep overrides (default plan-STUDY-SITE.txt)")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = _settings(args)
+    except ValueError as exc:
+        return fail(str(exc))
+    return _plan(args, settings)
+
+
+def _settings(args) -> dict[str, str]:
+    """The KEY=VALUE settings and the numbers, checked; ``ValueError`` with the one line."""
+    settings = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or key not in SETTINGS:
+            raise ValueError(f"{item!r}: expected study=S, site=SITE, algorithm=A or workers_per_node=W")
+        settings[key] = value
+    if "study" not in settings:
+        raise ValueError("study=S is required (the study whose model fit plans the runs)")
+    if not args.budget > 0:
+        raise ValueError(f"--budget {args.budget}: expected node-hours > 0")
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats}: expected >= 1")
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: expected >= 1")
+    return settings
+
+
+def _plan(args, settings: dict[str, str]) -> int:
+    from perf_model.predict import PredictError, choose_algorithm
+    from results_db.model_fits import latest_model_fit
+
+    from ..errors import ConfigError
+    from ..site.config import load_site
+    from ..sweep.budget_plan import choose_plan
+
+    study = settings["study"]
+    try:
+        site = load_site(settings.get("site", "local"))
+        wpn = int(settings["workers_per_node"]) if "workers_per_node" in settings else None
+        if wpn is not None and wpn < 1:
+            raise ValueError
+    except ValueError:
+        return fail(f"workers_per_node={settings.get('workers_per_node')!r}: expected an integer >= 1")
+    except ConfigError as exc:
+        return fail(str(exc))
+    try:
+        engine = open_for_reading(args.db)
+    except (NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    fit = latest_model_fit(engine, study)
+    if fit is None:
+        return fail(f"study {study!r} has no model fit: run scalestudy model fit --study {study}")
+    try:
+        algorithm = choose_algorithm(fit, settings.get("algorithm"))
+        require_workers_per_node(fit, algorithm, wpn, "workers_per_node=W")
+    except (PredictError, ValueError) as exc:
+        return fail(str(exc))
+    shape = fit["workloads"][algorithm]
+    wpn = wpn or shape["workers_per_node"]
+    steps = args.steps or shape["steps"]
+    candidates = parse_counts("--nodes", args.nodes) if args.nodes else \
+        [2 ** i for i in range(int(math.log2(site.max_nodes)) + 1)]
+    try:
+        result = choose_plan(fit, algorithm, site, args.budget, args.repeats, candidates, wpn, steps)
+    except PredictError as exc:
+        return fail(f"{exc}" + ("" if site.network else f" (site {site.name} has no network: block)"))
+    except ConfigError as exc:
+        return fail(str(exc))
+    where = f"network of site {site.name}" if site.network else "allreduce fitted on the study's machine"
+    print(f"plan for study {study} on site {site.name}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank, "
+          f"{wpn} rank(s)/node, {steps} steps per run, {result.repeats} repeat(s); model fit #{fit['id']}; {where}")
+    if not _print_sizes(args.budget, result):
+        return 2
+    lines = _sweep_lines(study, site, algorithm, shape, wpn, steps, result)
+    out = Path(args.out or f"plan-{study}-{site.name}.txt")
+    try:
+        out.write_text("\n".join(lines) + "\n")
+    except OSError as exc:
+        return fail(f"--out {out}: {exc.strerror or exc}")
+    if fit_is_emulated(engine, fit["run_ids"]):
+        print("note: the fit's runs emulated their compute; the sweep below computes for real (compute=real)")
+    print(f"sweep to run (written to {out}; add --dry-run to see the batch scripts first):")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+def _print_sizes(budget: float, result) -> bool:
+    """Each size's price and verdict; False (with the error line) when the budget buys no run."""
+    print(f"budget {budget:g} node-hours, planned against the charge at most (walltime x charged nodes)")
+    print(f"{'nodes':>6} {'ranks':>6} {'run':>9} {'walltime':>9} {'queue':>18} {'node-h at most':>14} "
+          f"{'expected':>9} {'samples/s':>10} {'eff':>6}  plan")
+    for s in result.sizes:
+        verdict = "run" if s.chosen else (f"refused: {s.refused}" if s.refused else "over budget")
+        run = duration_text(s.run_seconds).replace(" ", "")
+        print(f"{s.nodes:6d} {s.ranks:6d} {run:>9} {s.walltime:>9} {s.queue or '-':>18} "
+              f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f} {s.throughput:10.1f} {s.efficiency:6.1%}  {verdict}")
+    if not result.chosen:
+        cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
+        fail(f"a budget of {budget:g} node-hours buys no run"
+             + (f": the cheapest, {cheapest.nodes} node(s) x {result.repeats} repeat(s), costs "
+                f"{cheapest.max_node_hours:.2f} at most" if cheapest else ": no queue takes any size"))
+        return False
+    print(f"chosen: {', '.join(str(s.nodes) for s in result.chosen)} node(s) x {result.repeats} repeat(s): "
+          f"{result.max_node_hours:.2f} node-hours at most, {result.expected_node_hours:.2f} expected "
+          f"({budget - result.max_node_hours:.2f} of the budget left)")
+    return True
+
+
+def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, result) -> list[str]:
+    """One ``scalestudy sweep`` command per queue and walltime: the runs as priced."""
+    import shlex
+
+    study_key = "study" if _study_config_exists(study) else "study_name"
+    lines = []
+    for queue, walltime, nodes in result.sweep_groups(site):
+        # the runs as priced: the steps, and what the fitted runs did
+        overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
+                     f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",
+                     f"threads_per_node={wpn * shape['threads_per_worker']}", "epochs=1", f"steps_per_epoch={steps}",
+                     f"sync_every={shape['sync_every']}", f"nodes={','.join(map(str, nodes))}",
+                     f"repeat={','.join(map(str, range(result.repeats)))}"]
+        if shape.get("dataset"):
+            overrides.insert(4, f"dataset={shape['dataset']}")
+        if shape["injected_ranks"]:
+            overrides += ["imbalance.kind=injected", f"imbalance.ranks={shape['injected_ranks']}",
+                          f"imbalance.delay_ms={shape['injected_delay'] * 1e3:g}"]
+        if site.scheduler.batch_jobs:
+            overrides.append(f"walltime={walltime}")
+            if queue and queue != site.queue:
+                overrides.append(f"queue={queue}")
+        lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))
+    return lines
+
+
+def _study_config_exists(study: str) -> bool:
+    from .sweep_cmd import STUDIES_DIR
+
+    return (STUDIES_DIR / f"{study}.yaml").is_file()

@@ -1,0 +1,257 @@
+"""``scalestudy status``, ``query``, ``compare``, ``figures`` and ``report``: reading the results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+
+
+RECENT_RUNS = 20
+
+
+def status(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy status", description="Runs per study and state.")
+    parser.add_argument("--study", default=None)
+    parser.add_argument("--runs", action="store_true",
+                        help="list every run (with --study alone: the last %d registered)" % RECENT_RUNS)
+    parser.add_argument("--failed", action="store_true",
+                        help="list failed, timed-out and partial runs with their reason and log")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db.runs import status_table
+
+    try:
+        engine = open_for_reading(args.db)
+    except NoDatabase as exc:
+        print(f"no runs recorded yet: {exc}")
+        return 0
+    except OlderSchema as exc:
+        return fail(str(exc))
+    columns, rows = status_table(engine, args.study)   # counted in SQL: no pandas for the overview
+    if not rows:
+        print("no runs recorded yet" + (f" for study {args.study!r}" if args.study else ""))
+        return 0
+    _print_counts(columns, rows)
+    _print_sweep_drivers(engine, args.study)
+    if not (args.failed or args.runs or args.study):
+        return 0
+    from results_db import run_rows
+
+    from ..terminal.output import print_failed_runs, print_runs_table
+
+    if args.failed:
+        print_failed_runs(engine, study=args.study)
+    elif args.runs:
+        print_runs_table(engine, study=args.study)
+    else:   # a study of thousands of runs: the last few, not a table of all of them
+        ids = run_rows.recent_run_ids(engine, args.study, RECENT_RUNS)
+        total = sum(row[columns.index("total")] for row in rows)
+        print_runs_table(engine, run_ids=ids, study=args.study,
+                         title="runs" if total <= len(ids) else f"the last {len(ids)} of {total} runs")
+        if total > len(ids):
+            print(f"(all {total}: scalestudy status --study {args.study} --runs, or scalestudy query --study "
+                  f"{args.study} --format csv --out runs.csv)")
+    return 0
+
+
+def _print_counts(columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+
+    from ..terminal.tables import rows_table
+
+    table = rows_table(columns, [[str(v) for v in row] for row in rows], "runs per state",
+                       [i > 0 for i in range(len(columns))])
+    Console(width=None if sys.stdout.isatty() else 250).print(table)
+
+
+def _print_sweep_drivers(engine, study: str | None) -> None:
+    """Which sweeps (detached or not) hold unfinished runs, and whether each is still alive."""
+    from results_db.runs import HEARTBEAT_STALE_SECONDS, sweep_drivers
+
+    for d in sweep_drivers(engine, study):
+        age = "no heartbeat" if d.heartbeat_age is None else f"heartbeat {d.heartbeat_age:.0f} s ago"
+        held = f"{d.running} running, {d.pending} pending"
+        if d.alive:
+            print(f"sweep {d.driver} (study {d.study}): alive, {age}; {held}")
+        else:
+            why = "its process is gone" if d.heartbeat_age is not None and \
+                d.heartbeat_age < HEARTBEAT_STALE_SECONDS else age
+            print(f"sweep {d.driver} (study {d.study}): stopped ({why}); {held} left unfinished — "
+                  "the same sweep command resumes them")
+
+
+def query(argv: Sequence[str]) -> int:
+    from ..terminal.output import FORMATS
+
+    parser = argparse.ArgumentParser(prog="scalestudy query", description="One row per run, or per group.")
+    parser.add_argument("--study", default=None)
+    parser.add_argument("--where", action="append", default=None,
+                        help="filter on any column, e.g. 'nodes>=2, algorithm=sync' (repeatable)")
+    parser.add_argument("--columns", default=None, help="comma-separated columns (default: a summary)")
+    parser.add_argument("--group-by", default=None, help="comma-separated axes to group runs by")
+    parser.add_argument("--agg", action="append", default=None,
+                        help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std)")
+    parser.add_argument("--attempts", choices=("latest", "all"), default="latest",
+                        help="latest: each run's newest attempt (default); all: also the earlier ones a rerun "
+                             "or a retry kept (column attempt)")
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--out", default=None, help="write to this file (needed for parquet)")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import run_rows
+    from results_db.columns import QueryError
+
+    from ..terminal.output import SUMMARY_COLUMNS, render
+
+    try:   # read as plain rows and printed without pandas (its import alone took 1 s on a login node)
+        if args.agg and not args.group_by:
+            raise ValueError("--agg needs --group-by (the axes to aggregate over), e.g. --group-by nodes --agg "
+                             "throughput:mean,std")
+        if args.group_by and args.columns:
+            raise ValueError("--columns and --group-by together: a grouped table's columns are the group-by axes "
+                             "and the --agg results")
+        engine = open_for_reading(args.db)
+        if args.group_by:
+            metrics = {}
+            for spec in args.agg or ["throughput:count,mean,std"]:
+                column, _, aggs = spec.partition(":")
+                metrics[column.strip()] = [a.strip() for a in (aggs or "mean").split(",")]
+            table = run_rows.aggregate_rows(engine, [c.strip() for c in args.group_by.split(",")], metrics,
+                                            study=args.study, where=args.where, attempts=args.attempts)
+        else:
+            columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(SUMMARY_COLUMNS)
+            if args.attempts == "all" and not args.columns:
+                columns[1:1] = ["attempt", "latest"]
+            table = run_rows.run_rows(engine, study=args.study, where=args.where, columns=columns,
+                                      attempts=args.attempts)
+            if not args.columns:   # the summary: as print_runs_table shows it
+                table = run_rows.blank_not_applicable(engine, table)
+                table = run_rows.with_json_keys(engine, table, args.study, args.where, attempts=args.attempts)
+        render(table, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
+    except (QueryError, ValueError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    return 0
+
+
+def compare(argv: Sequence[str]) -> int:
+    from ..terminal.output import FORMATS
+
+    parser = argparse.ArgumentParser(prog="scalestudy compare",
+                                     description="Speedup and efficiency of each configuration against a baseline.")
+    parser.add_argument("--study", default=None)
+    parser.add_argument("--baseline", required=True, help="AXIS=VALUE, e.g. algorithm=sync or nodes=1")
+    parser.add_argument("--metric", default="throughput", help="a numeric run column (default: throughput)")
+    parser.add_argument("--where", action="append", default=None)
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--out", default=None)
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import compare, query
+
+    from ..terminal.output import render
+
+    try:
+        frame = compare.compare(open_for_reading(args.db), args.baseline, study=args.study, metric=args.metric,
+                                where=args.where)
+        render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
+    except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    return 0
+
+
+def figures(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy figures",
+                                     description="Redraw a study's figures from the results database.")
+    parser.add_argument("--study", help="the study to draw (see `scalestudy status`)")
+    parser.add_argument("--out", default=None, help="output folder (default: figures/<study>)")
+    parser.add_argument("--format", default="png", help="comma-separated: png, pdf, svg (default: png)")
+    parser.add_argument("--only", default=None, help="comma-separated figure names (see --list)")
+    parser.add_argument("--where", action="append", default=None, help="draw only runs matching, e.g. 'nodes<=8'")
+    parser.add_argument("--run-id", type=int, default=None, help="the run whose timeline to draw (default: the largest)")
+    parser.add_argument("--list", action="store_true", help="list the figures and what each needs, then exit")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db.figures import catalog_lines
+
+    if args.list:
+        print("\n".join(catalog_lines()))
+        return 0
+    if not args.study:
+        return fail("figures: give --study NAME (`scalestudy status` lists the studies)")
+
+    from results_db import query
+    from results_db.figures import FigureDataError, check_choices, render_study
+    from results_db.store import resolve_db_url, safe_url
+
+    out = Path(args.out or Path("figures") / args.study)
+    split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
+    url = resolve_db_url(args.db)
+
+    def report(result) -> None:
+        if result.skipped:
+            print(f"  skipped {result.name}: {result.skipped}")
+        else:
+            print(f"  drew    {result.name} ({result.rows} rows): {', '.join(p.name for p in result.files)}")
+            for note in result.notes:
+                print(f"          note: {note}")
+
+    try:
+        formats, only = split(args.format), (split(args.only) if args.only else None)
+        check_choices(formats, only)
+        engine = open_for_reading(url)
+        print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
+        results = render_study(engine, args.study, out, formats=formats, only=only, where=args.where,
+                               run_id=args.run_id, on_result=report, source=safe_url(url))
+    except (FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot write figures into {out}: {exc.strerror or exc}")
+    drawn = sum(1 for r in results if not r.skipped)
+    print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")
+    return 0 if drawn else 1
+
+
+def report(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scalestudy report",
+                                     description="Write a study's report: one self-contained folder whose index.html "
+                                                 "holds the sweep, a table per configuration, every figure, the "
+                                                 "failures and the provenance (opens with no network).")
+    parser.add_argument("--study", required=True, help="the study (see `scalestudy status`)")
+    parser.add_argument("--out", default=None, help="output folder (default: reports/<study>)")
+    parser.add_argument("--baseline", default=None,
+                        help="AXIS=VALUE that speedup and efficiency are against, e.g. nodes=1 or algorithm=sync "
+                             "(default: the smallest node count, else sync)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="top-1 accuracy (0-1) for time to accuracy (default: the best every run reached)")
+    parser.add_argument("--where", action="append", default=None, help="only runs matching, e.g. 'nodes<=8'")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import query
+    from results_db.figures import FigureDataError
+    from results_db.html_report import ReportError, build_report
+    from results_db.store import resolve_db_url, safe_url
+
+    out = Path(args.out or Path("reports") / args.study)
+    url = resolve_db_url(args.db)
+    try:
+        engine = open_for_reading(url)
+        print(f"writing the report of study {args.study!r} from {safe_url(url)} into {out}/")
+        report = build_report(engine, args.study, out, url, baseline=args.baseline, target=args.target,
+                              where=args.where)
+    except (ReportError, FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot write the report into {out}: {exc.strerror or exc}")
+    drawn = sum(1 for r in report.figures if not r.skipped)
+    print(f"{drawn} figure(s), {len(report.configurations)} configuration row(s), {len(report.failures)} failed "
+          f"run(s); open {report.index}")
+    return 0

@@ -1,0 +1,165 @@
+"""Which MPI a site's runs use, and checks that it is the one the site declares.
+
+``mpi: wheel`` sites (laptops, CI, ``local``/``local_slurm``) use the ``mpich`` wheel of
+this environment. ``mpi: system`` sites use the machine's MPI: mpi4py's binary wheel
+(>= 4) loads any MPICH-ABI ``libmpi.so.12`` it finds, and Cray MPICH is one, so on a Cray
+the environment holds mpi4py without the ``mpich`` wheel and the site's ``modules`` put
+Cray MPICH and the launcher (PALS ``mpiexec``, ``aprun``, ``srun``) in reach. Two things
+would silently replace the machine's MPI, and both are checked here: the ``mpich`` wheel's
+``libmpi`` (mpi4py prefers the one in its own environment's ``lib/``) and the wheel's
+``mpiexec`` (a venv's activation puts its ``bin`` first on ``PATH``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..site.config import SiteConfig
+
+PROBE = Path(__file__).with_name("probe.py")
+
+
+def env_bin_dir() -> str:
+    """The environment's bin/ (mpiexec, process_worker_pool.py), even when it is not activated."""
+    return str(Path(sys.executable).parent)
+
+
+def wheel_libmpi(prefix: str | None = None) -> Path | None:
+    """The ``mpich`` wheel's ``libmpi.so.12`` in this environment, which mpi4py loads before any other."""
+    path = Path(prefix or sys.prefix) / "lib" / "libmpi.so.12"
+    return path if path.exists() else None
+
+
+def batch_environment(site: SiteConfig) -> list[str]:
+    """A batch job's set-up lines, in order: files private to the user, this environment's
+    ``bin`` on ``PATH``, the site's variables, its modules, then its ``worker_init``."""
+    lines = ["umask 077"]   # run folders, logs and results readable by the user only (README)
+    lines.append(f"export PATH={shlex.quote(env_bin_dir())}:\"$PATH\"")
+    lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
+    if site.mpi == "system":
+        lines.append("export SCALESTUDY_SITE_MPI=system")
+        if site.libmpi:
+            lines.append(f"export MPI4PY_LIBMPI={shlex.quote(site.libmpi)}")
+    lines.extend(f"module load {shlex.quote(m)}" for m in site.modules)  # validated at load
+    lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
+    return lines
+
+
+def check_system_mpi(site: SiteConfig) -> None:
+    """On the login node, before anything is submitted: an ``mpi: system`` site with the
+    ``mpich`` wheel in this environment would run on the wheel's MPI, not the machine's."""
+    if site.mpi != "system" or site.libmpi:
+        return
+    lib = wheel_libmpi()
+    if lib is not None:
+        raise ConfigError("site.mpi", "system", f"this environment has the mpich wheel ({lib}), which mpi4py "
+                          "would load instead of the machine's MPI: `pip uninstall mpich` here, or pin the "
+                          "machine's library with libmpi: in the site file")
+
+
+def resolve_launcher(name: str, env: dict[str, str]) -> str:
+    """The machine's launcher for an ``mpi: system`` run: found on ``PATH`` without this
+    environment's ``bin``, so that a venv's ``mpiexec`` can never stand in for PALS's."""
+    own = os.path.realpath(env_bin_dir())
+    path = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.realpath(p) != own)
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise FileNotFoundError(f"the site uses the machine's MPI (mpi: system) but no {name} is on PATH outside "
+                                f"{own} after its modules and worker_init: load the module that provides it")
+    return found
+
+
+@dataclass
+class Finding:
+    level: str      # ok | warn | error
+    text: str
+
+
+def probe_site(site: SiteConfig, timeout: float = 120) -> dict:
+    """Run the probe in the environment the site's batch jobs would have (its set-up lines, in a
+    login shell so that ``module`` exists), or in this one plus the site's variables (local)."""
+    launcher = site.mpi_launcher
+    if not site.scheduler.batch_jobs:
+        env = {**os.environ, **dict(site.env)}
+        env["PATH"] = f"{env_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+        proc = subprocess.run([sys.executable, str(PROBE), launcher, env_bin_dir()], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    else:
+        script = "\n".join([*batch_environment(site),
+                            f"exec python3 {shlex.quote(str(PROBE))} {shlex.quote(launcher)} "
+                            f"{shlex.quote(env_bin_dir())}"])
+        proc = subprocess.run(["bash", "--login", "-c", script], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if proc.returncode != 0 or line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"setup_error": f"the site's set-up failed (exit {proc.returncode}): {tail}"}
+    return json.loads(line)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return bool(path) and os.path.realpath(path).startswith(os.path.realpath(prefix) + os.sep)
+
+
+def findings(site: SiteConfig, p: dict) -> list[Finding]:
+    out: list[Finding] = []
+    if "setup_error" in p:
+        return [Finding("error", p["setup_error"])]
+    major, minor = (int(x) for x in p["python"].split(".")[:2])
+    out.append(Finding("ok" if (major, minor) >= (3, 10) else "error",
+                       f"Python {p['python']} ({p['python_path']})" + ("" if (major, minor) >= (3, 10) else
+                                                                       ": scalestudy needs 3.10 or newer")))
+    if "mpi4py_error" in p:
+        out.append(Finding("error", f"mpi4py does not load: {p['mpi4py_error']}"))
+    env_bin = os.path.join(p["prefix"], "bin")
+    if site.mpi == "system":
+        if not p["launcher_outside_env"]:
+            out.append(Finding("error", f"no {p['launcher']} on PATH outside the environment: add the module that "
+                                        "provides it to modules:"))
+        else:
+            out.append(Finding("ok", f"runs start with {p['launcher_outside_env']} (the machine's)"))
+        if _under(p["launcher_on_path"], env_bin) or _under(p["launcher_on_path"], env_bin_dir()):
+            out.append(Finding("warn", f"{p['launcher_on_path']} comes first on PATH; scalestudy skips it, but your "
+                                       "own scripts would not: `pip uninstall mpich`"))
+        if p.get("libmpi") and _under(p["libmpi"], p["prefix"]):
+            out.append(Finding("error", f"mpi4py loads {p['libmpi']}, the mpich wheel's, not the machine's MPI: "
+                                        "`pip uninstall mpich` (or pin libmpi: in the site file)"))
+        elif p.get("libmpi"):
+            out.append(Finding("ok", f"mpi4py loads {p['libmpi']} ({p.get('mpi_library', '?')})"))
+        if p.get("mpich_wheel") and not site.libmpi:
+            out.append(Finding("warn", f"the mpich wheel {p['mpich_wheel']} is installed; on this site it is not "
+                                       "used: `pip uninstall mpich`"))
+    else:
+        where = p["launcher_on_path"]
+        if not where:
+            out.append(Finding("error", f"no {p['launcher']} on PATH"))
+        else:
+            out.append(Finding("ok", f"runs start with {where}"))
+        if p.get("libmpi"):
+            own = _under(p["libmpi"], p["prefix"])
+            out.append(Finding("ok" if own else "warn", f"mpi4py loads {p['libmpi']} ({p.get('mpi_library', '?')})"
+                               + ("" if own else ": not this environment's mpich wheel, as mpi: wheel says")))
+    return out
+
+
+def render_check(site: SiteConfig, p: dict, fs: list[Finding]) -> str:
+    marks = {"ok": "ok   ", "warn": "WARN ", "error": "ERROR"}
+    lines = [f"site {site.name}: {site.description}", f"  mpi: {site.mpi}   launcher: {site.mpi_launcher}"
+             + (f"   modules: {' '.join(site.modules)}" if site.modules else "")]
+    if "setup_error" not in p:
+        lines += [f"  python:      {p['python']}  {p['python_path']}",
+                  f"  mpi4py:      {p.get('mpi4py', 'not importable')}",
+                  f"  libmpi:      {p.get('libmpi') or '-'}",
+                  f"  MPI library: {p.get('mpi_library', '-')}",
+                  f"  launcher:    {p['launcher_on_path'] or '-'} (first on PATH); "
+                  f"{p['launcher_outside_env'] or '-'} (outside the environment)"]
+    lines += [f"{marks[f.level]} {f.text}" for f in fs]
+    return "\n".join(lines)

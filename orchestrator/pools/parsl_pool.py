@@ -1,0 +1,69 @@
+"""Runs in batch jobs: Parsl's ``MPIExecutor`` on the site's provider, one executor per batch job.
+
+One executor per batch job the sweep's admission planned (per node count, or one for a
+packed sweep), each on the queue chosen for it; each task gets ``$PARSL_MPI_PREFIX`` for
+its own nodes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..site.allocation import BatchJob
+from ..site.config import SiteConfig
+
+
+class ParslRunPool:
+    def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob]) -> None:
+        import parsl
+        from parsl.app.python import PythonApp
+
+        from .parsl_config import build_parsl_config, executor_label
+
+        self.site = site
+        self.dfk = parsl.load(build_parsl_config(site, run_dir, jobs))
+        self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, job.nodes)])
+                     for job in jobs for n in job.holds}
+
+    def submit(self, parts: tuple, num_nodes: int, ranks_per_node: int, launcher_options: str) -> concurrent.futures.Future:
+        import cloudpickle
+
+        spec = {"num_nodes": num_nodes, "ranks_per_node": ranks_per_node}
+        if launcher_options:
+            spec["launcher_options"] = launcher_options
+        return self.apps[num_nodes](cloudpickle.dumps(parts), parsl_resource_specification=spec)
+
+    def submit_task(self, run: Callable[..., object], num_nodes: int, ranks_per_node: int,
+                    launcher_options: str) -> concurrent.futures.Future | None:
+        """A job planned whole runs on a worker through Hydra's ``run_job`` here (``submit``)."""
+        return None
+
+    def close(self) -> None:
+        import parsl
+
+        self.dfk.cleanup()
+        parsl.clear()
+
+    def ended_batch_jobs(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of these scheduler job ids (the batch jobs runs report they are in), those that have
+        ended, with the scheduler's state (FAILED for a node failure, CANCELLED, COMPLETED ...).
+        Asks the scheduler now, through each executor's own provider."""
+        ended: dict[str, str] = {}
+        for executor in self.dfk.executors.values():
+            provider = getattr(executor, "provider", None)
+            known = [j for j in job_ids if provider is not None and j in getattr(provider, "resources", {})]
+            if not known:
+                continue
+            try:
+                states = provider.status(known)
+            except Exception:  # the scheduler did not answer: ask again at the next poll
+                continue
+            ended.update({j: s.state.name for j, s in zip(known, states) if s.terminal})
+        return ended
+
+    def abort(self) -> int:
+        """The sweep is interrupted: Parsl's cleanup cancels its blocks (and their batch jobs)."""
+        self.close()
+        return 0

@@ -1,0 +1,110 @@
+"""``scalestudy sweep --dry-run``: what a sweep would submit, printed, and nothing submitted.
+
+For the admitted sweep it prints the runs that would launch and those already done, the
+batch script and submit command of every batch job in each allocation mode (rendered by
+the site's real provider, ``pools.preview``), each run's launch line and predicted time,
+and the node-hours each mode is charged at most.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from workloads.run_folder import SPEC_FILE
+
+from ..errors import ConfigError
+from ..mpi.run import program
+from ..pools.preview import node_hours, preview_batch_script, preview_launch_prefix
+from ..site.allocation import BatchJob, with_allocation
+from ..site.config import ALLOCATIONS, SiteConfig
+from ..site.launchers import launch_flags
+from ..site.queues import plan_batch_jobs
+from .admission import Admitted
+from .observer import SweepJob
+from .runspec import run_key
+
+
+def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int, str]) -> None:
+    site, specs = admitted.site, admitted.specs
+    out = Console(highlight=False, soft_wrap=True)
+    launching = [(j, s) for j, s in zip(jobs, specs) if run_key(s) not in admitted.done]
+    out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {admitted.study} on site {site.name} "
+              f"({site.provider}, {site.mpi_launcher}), {len(launching)} would launch{admitted.done_note}; "
+              "nothing is submitted")
+    for job, spec in zip(jobs, specs):
+        if run_key(spec) in admitted.done:
+            out.print(f"skip #{job.idx} {labels[job.idx]}: already done (--rerun forces)")
+    for job in admitted.batch_jobs:
+        if job.note:
+            out.print(f"[cyan]{job.note}[/cyan]")
+    counts = [s.nodes for _, s in launching]
+    with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
+        modes = _print_batch_jobs(out, site, counts, Path(scratch)) if site.scheduler.batch_jobs and counts else {}
+        if not site.scheduler.batch_jobs:
+            out.print("\n" + preview_batch_script(site, BatchJob(nodes=1, holds=(1,)), Path(scratch))[0])
+    out.print("")
+    for job, spec in launching:
+        options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker,
+                                                                            spec.workers_per_node)) if x)
+        prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
+        out.print(f"#{job.idx} {labels[job.idx]}\n    launch: {prefix} "
+                  f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}")
+        predicted = admitted.prediction.seconds.get(job.idx)
+        if predicted is not None:
+            out.print(f"    predicted: {predicted / 60:.1f} min")
+    if admitted.prediction.note:
+        out.print(f"\n{admitted.prediction.note}")
+    if site.scheduler.batch_jobs:
+        _print_charges(out, site, modes)
+
+
+def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], scratch: Path) -> dict:
+    """Each allocation mode's batch jobs (this sweep's mode first); mode -> (batch jobs,
+    node-hours charged at most), or the reason the mode cannot take the sweep."""
+    modes: dict[str, tuple[int, float] | str] = {}
+    for mode in (site.allocation, *(m for m in ALLOCATIONS if m != site.allocation)):
+        mode_site = with_allocation(site, mode)
+        try:
+            jobs = plan_batch_jobs(mode_site, counts)
+        except ConfigError as exc:
+            modes[mode] = str(exc)
+            continue
+        total = sum(node_hours(mode_site, job)[1] for job in jobs)
+        modes[mode] = (len(jobs), total)
+        out.print(f"\n[bold]allocation: {mode}[/bold]" + (" (this sweep's)" if mode == site.allocation else
+                  f" (with allocation={mode})") + f": {len(jobs)} batch job(s), {total:.2f} node-hours charged at most")
+        for job in jobs:
+            script, submit_cmd = preview_batch_script(mode_site, job, scratch)
+            charged, hours = node_hours(mode_site, job)
+            what = f"{job.nodes}-node runs" if job.holds == (job.nodes,) else \
+                f"every run ({', '.join(map(str, job.holds))} node(s)) in {job.nodes} nodes"
+            out.print(f"\n[bold]batch job for {what}[/bold] — submitted with: {submit_cmd}")
+            out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours"
+                      + (f" (the queue's minimum charge is {charged} nodes)" if charged > job.nodes else ""))
+            out.print(script.rstrip())
+    return modes
+
+
+def _print_charges(out: Console, site: SiteConfig, modes: dict) -> None:
+    out.print("\n[bold]allocation[/bold]   batch jobs   node-hours charged at most")
+    for mode, value in modes.items():
+        mine = " (this sweep's)" if mode == site.allocation else ""
+        out.print(f"{mode:12s} " + (f"{value[0]:10d}   {value[1]:.2f}{mine}" if isinstance(value, tuple) else
+                                    f"not possible: {value}"))
+    if not isinstance(modes.get(site.allocation), tuple):
+        return
+    total = modes[site.allocation][1]
+    if site.allocation == "packed":
+        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job for the whole sweep, charged for the "
+                  f"time it holds its nodes, up to its walltime {site.walltime}, its runs {site.max_concurrent_runs} "
+                  f"at a time at most (max_concurrent_runs) when their nodes fit; runs that outlast that walltime "
+                  f"get another batch job")
+    else:
+        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job per node count, each charged for "
+                  f"the time it holds its nodes (its runs one after another), up to its walltime {site.walltime}; "
+                  f"node counts whose runs outlast that walltime get another batch job")

@@ -1,0 +1,80 @@
+"""Where a run came from: the project's commit, the orchestrator's environment, the config.
+
+Recorded when a run is planned, on the login node; the workload adds its own side
+(torch, mpi4py and MPI library versions, hostnames) in its metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from workloads.metrics import cpu_affinity
+
+PROJECT = Path(__file__).resolve().parents[2]   # the checkout: orchestrator/sweep/ is two below it
+_SECRET_KEYS = {"db_url"}
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the scalestudy checkout, or (None, None) outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return None, None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT,
+                                capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip(), bool(status.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpus() -> int | None:
+    """The cores this process may use: its affinity, read as each rank's is
+    (``workloads.metrics.cpu_affinity``), or the host's count where the OS gives none."""
+    allowed = cpu_affinity()
+    return len(allowed) if allowed else os.cpu_count()
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> dict[str, Any]:
+    """The orchestrator's side. ``cpus`` is this host's cores: for site=local runs, the cores
+    every rank shares (a figure of such runs says when ranks outnumber them)."""
+    return {
+        "login_host": socket.gethostname(),
+        "cpus": _cpus(),
+        "python": platform.python_version(),
+        **{name: _version(name) for name in ("scalestudy", "parsl", "hydra-core", "sqlalchemy", "torch", "mpi4py",
+                                             "mpich")},
+    }
+
+
+def resolved_config(cfg: DictConfig) -> dict[str, Any]:
+    """The job's full resolved config, without Hydra's own node or anything secret."""
+    out = {}
+    for key in cfg.keys():
+        if key == "hydra" or key in _SECRET_KEYS:
+            continue
+        value = OmegaConf.select(cfg, str(key))
+        out[str(key)] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return out
+
+
+def provenance(cfg: DictConfig) -> dict[str, Any]:
+    commit, dirty = git_state()
+    return {"git_commit": commit, "git_dirty": dirty, "environment": environment(), "config": resolved_config(cfg)}

@@ -1,0 +1,82 @@
+"""Tables in the terminal: the one a sweep prints when it ends (its runs, straight from SQL into
+rich), and the cells and builder ``status`` and ``query`` share.
+
+It needs no pandas (importing it would add a third of a second to every sweep); the
+columns are the registry's summary fields, plus each free parameter and reported metric
+the runs have.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine, select
+
+from results_db.schema import Run
+from workloads.spec import FIELDS
+
+# the fields the registry marks for summaries (seed included: repeats are not duplicate rows)
+SUMMARY_FIELDS = tuple(f.name for f in FIELDS if f.summary)
+RESULTS = ("throughput", "final_top1", "train_seconds")
+SWEEP_COLUMNS = ("run_id", "status", *SUMMARY_FIELDS, *RESULTS)
+
+
+def cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None,
+               right: Sequence[bool]) -> Table:
+    """A rich table of cells already formatted (``cell``); ``right``: which columns are numbers.
+    The one table builder of the sweep's table, ``status`` and ``query``."""
+    table = Table(title=title)
+    for name, r in zip(columns, right):
+        table.add_column(str(name), justify="right" if r else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> None:
+    """A sweep of commands shows each run's command instead of the built-in loop's algorithm and model."""
+    ids = [int(i) for i in run_ids]
+    with engine.connect() as conn:
+        kinds = {k for (k,) in conn.execute(select(Run.workload_kind).where(Run.id.in_(ids)).distinct())}
+        names = [c for c in SWEEP_COLUMNS if c != "run_id"]
+        if kinds == {"command"}:
+            names = [c if c != "algorithm" else "command" for c in names if c != "model"]
+        stmt = (select(Run.id, *(getattr(Run, c) for c in names), Run.params, Run.metrics)
+                .where(Run.id.in_(ids)).order_by(Run.id))
+        rows = [tuple(" ".join(map(str, v))[:40] if isinstance(v, list) else v for v in row[:-2]) + tuple(row[-2:])
+                for row in conn.execute(stmt).all()]
+    keys = {"params": [], "metrics": []}
+    for row in rows:
+        for field, values in (("params", row[-2]), ("metrics", row[-1])):
+            for key in values or {}:
+                if key not in keys[field]:
+                    keys[field].append(key)
+    numeric = {"run_id", "nodes", "workers_per_node", "threads_per_node", "batch_size", "seed", *RESULTS}
+    columns = ["run_id", *names, *(f"params.{k}" for k in keys["params"]), *(f"metrics.{k}" for k in keys["metrics"])]
+    cells = []
+    for row in rows:
+        params, metrics = row[-2] or {}, row[-1] or {}
+        cells.append([*(cell(v) for v in row[:-2]), *(cell(params.get(k)) for k in keys["params"]),
+                      *(cell(metrics.get(k)) for k in keys["metrics"])])
+    table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns])
+    Console(width=None if sys.stdout.isatty() else 250).print(table)
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as a person reads it: seconds, minutes or hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
