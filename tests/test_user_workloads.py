@@ -6,7 +6,9 @@ local site and on the local Slurm cluster. Bad input fails before anything is su
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import json
 import os
 import re
@@ -152,6 +154,18 @@ def test_script_with_the_reporting_module(tmp_path, site):
     figures = scalestudy("figures", "--study", "ddp_report", "--db", f"sqlite:///{db}", "--out",
                          str(tmp_path / "figs"), cwd=tmp_path)
     assert figures.returncode == 0 and "drew    step_time_breakdown" in figures.stdout, figures.stdout
+    # the run trained with the user's program: no table may say our loop's algorithm=sync trained it
+    assert run.algorithm == "sync" and run.workload_kind == "command"   # stored: the spec's defaults
+    query = scalestudy("query", "--study", "ddp_report", "--db", f"sqlite:///{db}", "--format", "csv", cwd=tmp_path)
+    [row] = list(csv.DictReader(io.StringIO(query.stdout)))
+    assert (row["algorithm"], row["model"], row["nodes"]) == ("", "", "2"), row
+    status = scalestudy("status", "--study", "ddp_report", "--db", f"sqlite:///{db}", cwd=tmp_path)
+    assert status.returncode == 0 and "sync" not in status.stdout and "small_cnn" not in status.stdout, status.stdout
+    report = scalestudy("report", "--study", "ddp_report", "--db", f"sqlite:///{db}", "--out", str(tmp_path / "rep"),
+                        cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "your program" in page and "examples/ddp_report/train.py" in page and "fusion threshold" not in page
 
 
 @pytest.mark.parametrize("site", SITES)

@@ -57,32 +57,37 @@ class RunSpec:
                           help="sync, ddp, horovod, eager_solo, eager_majority, async_ps")
     model: str = axis("small_cnn", builtin_only=True, summary=True,
                       help="small_cnn, resnet20, resnet50, nt3, lstm, an installed short name, or pkg.module:factory")
-    dataset: str = axis("digits", builtin_only=True, help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
-                                       "an installed short name, or pkg.module:factory")
+    dataset: str = axis("digits", builtin_only=True,
+                        help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
+                             "an installed short name, or pkg.module:factory")
     dataset_path: Optional[str] = axis(None, builtin_only=True, label="dataset path", identity=False,
                                        help="local folder for cifar10 / imagefolder (not part of the run's identity)")
-    epochs: int = axis(3, builtin_only=True, help="training epochs")
-    steps_per_epoch: Optional[int] = axis(None, builtin_only=True, label="steps per epoch",
+    epochs: int = axis(3, help="training epochs")
+    steps_per_epoch: Optional[int] = axis(None, label="steps per epoch",
                                           help="cap on steps per epoch (null: the whole training set)")
-    lr: float = axis(0.1, builtin_only=True, label="learning rate", help="SGD learning rate")
-    momentum: float = axis(0.9, builtin_only=True, help="SGD momentum")
+    lr: float = axis(0.1, label="learning rate", help="SGD learning rate")
+    momentum: float = axis(0.9, help="SGD momentum")
     seed: int = axis(0, grouping=False, summary=True, help="random seed (runs that differ only in seed are repeats)")
     repeat: int = axis(0, grouping=False, hashed_when_default=False,
                        help="repeat index: runs that differ only in it are repeats of one configuration")
     # -- communication ----------------------------------------------------------------------
     fusion_threshold_mb: float = axis(64.0, builtin_only=True, label="fusion threshold (MB)",
-                                      help="fuse ready gradients into buffers up to this size; 0: one allreduce per tensor")
-    cycle_time_ms: float = axis(5.0, builtin_only=True, label="cycle time (ms)", help="at most one negotiation/fusion cycle per this many ms")
+                                      help="fuse ready gradients into buffers up to this size; 0: one allreduce "
+                                           "per tensor")
+    cycle_time_ms: float = axis(5.0, builtin_only=True, label="cycle time (ms)",
+                                help="at most one negotiation/fusion cycle per this many ms")
     autotune: bool = axis(False, builtin_only=True, hashed_when_default=False,
                           help="sync: try cycle_time_ms, a fifth of it and one cycle per step in the first steps and "
                                "keep the fastest (run metrics: autotune_cycle_time_ms); horovod: HOROVOD_AUTOTUNE")
     engine_thread: bool = axis(True, builtin_only=True, label="engine thread", hashed_when_default=False,
                                help="sync: run the engine's cycles on a thread of their own (Horovod's design); "
                                     "false: on the training thread, between gradient hooks")
-    timeline: bool = axis(False, builtin_only=True, help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
+    timeline: bool = axis(False, builtin_only=True,
+                          help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
     device: str = axis("cpu", help="cpu, or cuda (ddp only)")
     sync_every: int = axis(10, builtin_only=True, label="synchronous round every",
-                           help="eager_*: a synchronous round and model averaging every this many steps (0: only the last)")
+                           help="eager_*: a synchronous round and model averaging every this many steps "
+                                "(0: only the last)")
     compute: str = axis("real", builtin_only=True, summary=True, hashed_when_default=False,
                         help="real, or emulated: forward and backward are sleeps drawn from compute_profile, "
                              "everything that communicates stays real (workloads/emulation.py)")
@@ -95,8 +100,10 @@ class RunSpec:
                                 help="injected: ranks picked per step by an RNG shared by all ranks")
     imbalance_delay_ms: float = axis(0.0, builtin_only=True, label="injected delay (ms)", config="imbalance.delay_ms",
                                      help="injected/fixed: the sleep; exponential/lognormal: its mean")
-    imbalance_rank: int = axis(-1, builtin_only=True, label="slow rank", config="imbalance.rank", help="fixed: the slow rank (-1: the last)")
-    imbalance_sigma: float = axis(1.0, builtin_only=True, label="imbalance sigma", config="imbalance.sigma", help="lognormal: shape")
+    imbalance_rank: int = axis(-1, builtin_only=True, label="slow rank", config="imbalance.rank",
+                               help="fixed: the slow rank (-1: the last)")
+    imbalance_sigma: float = axis(1.0, builtin_only=True, label="imbalance sigma", config="imbalance.sigma",
+                                  help="lognormal: shape")
     # -- the user's own workload ------------------------------------------------------------
     workload_kind: str = axis("builtin", label="workload", config="workload.kind", hashed_when_default=False,
                               help="builtin (our training loop; model/dataset may be the user's), or command")

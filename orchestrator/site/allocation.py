@@ -47,11 +47,6 @@ def batch_jobs(site, node_counts: Iterable[int]) -> dict[int, tuple[int, ...]]:
     return {n: (n,) for n in counts}
 
 
-def job_nodes_of_run(site, run_nodes: int, node_counts: Iterable[int]) -> int:
-    """Size of the batch job a ``run_nodes``-node run of this sweep goes to."""
-    return packed_nodes(site, node_counts) if site.allocation == "packed" else run_nodes
-
-
 def check_runs_fit(site, node_counts: Iterable[int]) -> None:
     """A packed sweep whose runs do not all fit its allocation is refused before submission."""
     if site.allocation != "packed":

@@ -148,12 +148,6 @@ def _takers(site, nodes: int) -> str:
     return "it fits " + ", ".join(ok) if ok else "no queue of the site takes it"
 
 
-def site_for_nodes(site, nodes: int):
-    """The site with the queue a ``nodes``-node batch job goes to."""
-    name, _ = choose_queue(site, nodes)
-    return site if name == site.partition else dataclasses.replace(site, partition=name)
-
-
 def plan_batch_jobs(site, node_counts: Iterable[int]) -> list[BatchJob]:
     """The batch jobs a sweep of runs of these node counts asks for (one per node count, or one
     in all for a packed sweep), each with its queue and a note where runs go to another queue

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pandas as pd
 from sqlalchemy import Engine
 
+from workloads.spec import BUILTIN_ONLY_FIELDS
+
 from .. import compare
 from ..columns import FAILED_STATES  # noqa: F401 - re-exported
 from ..figures import derived
@@ -42,12 +44,20 @@ def sweep_axes(sr: StudyRuns) -> pd.DataFrame:
         else:
             how = "determined by the swept axes"
         rows.append({"axis": axis, "name": label_of(axis), "values": values, "role": how})
+    commands = "workload_kind" in planned and bool((planned["workload_kind"] == "command").all())
     for axis in compare.config_axes(planned):
         if axis in axes or axis in _FIXED_HIDDEN or axis not in planned:
+            continue
+        if commands and axis in BUILTIN_ONLY_FIELDS:   # our loop's settings: the user's program ran instead
             continue
         values = planned[axis].dropna().unique().tolist()
         if len(values) == 1:
             rows.append({"axis": axis, "name": label_of(axis), "values": values, "role": "fixed"})
+    if commands and "command" in planned:
+        programs = sorted({" ".join(map(str, c)) if isinstance(c, (list, tuple)) else str(c)
+                           for c in planned["command"].dropna()})
+        rows.append({"axis": "command", "name": "command (your program, under the site's MPI launcher)",
+                     "values": programs, "role": "fixed" if len(programs) == 1 else "per run"})
     return pd.DataFrame(rows, columns=["axis", "name", "values", "role"])
 
 

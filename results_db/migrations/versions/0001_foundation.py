@@ -14,6 +14,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _studies_and_runs()
+    _per_run_tables()
+
+
+def _studies_and_runs() -> None:
     op.create_table(
         "studies",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -64,6 +69,9 @@ def upgrade() -> None:
     with op.batch_alter_table("runs") as batch_op:
         batch_op.create_index("ix_runs_status", ["status"], unique=False)
         batch_op.create_index("ix_runs_study_id", ["study_id"], unique=False)
+
+
+def _per_run_tables() -> None:
     op.create_table(
         "evals",
         sa.Column("id", sa.Integer(), nullable=False),
