@@ -165,6 +165,10 @@ class _RunTotals:
         self.versions: dict[str, Any] | None = None
         self.truncated: list[str] = []
         self.last_eval: dict[str, Any] = {}
+        self.gpu_models: list[str] = []
+        self.gpus: set[tuple[str, str]] = set()   # (host, GPU uuid or visible index)
+        self.peak_memory: list[float] = []
+        self.utilization: list[float] = []
 
     def add_rank(self, start: dict[str, Any]) -> str:
         """Count a rank's ``run_start``; returns the node it ran on."""
@@ -178,7 +182,20 @@ class _RunTotals:
         else:   # a rank that did not say: its host's union would be too small
             self.unrecorded.add(machine)
             self.host_cpus.pop(machine, None)
+        gpu = start.get("gpu")
+        if isinstance(gpu, dict):
+            if gpu.get("name") and gpu["name"] not in self.gpu_models:
+                self.gpu_models.append(str(gpu["name"]))
+            self.gpus.add((machine, str(gpu.get("uuid") or gpu.get("visible") or start.get("rank"))))
         return host
+
+    def add_end(self, end: dict[str, Any]) -> None:
+        """Count a rank's ``run_end``: its GPU's peak memory and utilisation, where it had them."""
+        summary = end.get("summary") if isinstance(end.get("summary"), dict) else {}
+        if isinstance(summary.get("gpu_peak_memory_bytes"), (int, float)):
+            self.peak_memory.append(summary["gpu_peak_memory_bytes"] / 2**20)
+        if isinstance(summary.get("gpu_utilization"), (int, float)):
+            self.utilization.append(float(summary["gpu_utilization"]))
 
     @property
     def fewest_cpus(self) -> int | None:
@@ -223,6 +240,7 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
     if reader.truncated:
         totals.truncated.append(path.name)
     host = totals.add_rank(start)
+    totals.add_end(end)
     session.execute(insert(RankSummary), [{
         "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
         "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
@@ -237,8 +255,13 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
         run.job_id = str(job_id)
     run.versions = totals.versions
     for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
-                 "exit_code", "output_tail"):
+                 "exit_code", "output_tail", "data_path_used"):
         setattr(run, name, result.get(name))
+    # GPU facts where the ranks recorded them; missing (null) where they did not, never 0
+    run.gpu_model = ", ".join(totals.gpu_models) or None
+    run.gpus = len(totals.gpus) or None
+    run.gpu_peak_memory_mb = max(totals.peak_memory) if totals.peak_memory else None
+    run.gpu_utilization = sum(totals.utilization) / len(totals.utilization) if totals.utilization else None
     if result.get("kind") == "command" and totals.last_eval:  # a command that reported evaluations
         run.final_top1 = run.final_top1 if run.final_top1 is not None else totals.last_eval.get("top1")
         run.final_loss = run.final_loss if run.final_loss is not None else totals.last_eval.get("loss")

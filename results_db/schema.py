@@ -42,7 +42,7 @@ _NOT_NULL = ("site", "nodes", "workers_per_node", "threads_per_node", "batch_siz
              "epochs", "lr", "seed")
 # String lengths a column has had since it was created; other strings are 255 long.
 _STRING_LENGTHS = {"site": 128, "algorithm": 64, "device": 16, "imbalance_kind": 16, "workload_kind": 16,
-                   "compute": 16}
+                   "compute": 16, "data_path": 32}
 _TEXT = ("dataset_path", "compute_profile")
 
 
@@ -90,7 +90,12 @@ runs_table = Table(
     # the fewest CPUs any of the run's hosts' ranks could run on (per hostname, the union of
     # its ranks' affinities, run_start ``cpus``; null if none recorded): the model's ranks per core
     Column("host_cpus", Integer),
-    Column("versions", JSON),
+    Column("versions", JSON),                                 # python, torch, MPI; on GPUs cuda, nccl, driver
+    Column("data_path_used", String(64)),                     # the path its gradients took (mpi, torch_distributed:nccl, ...)
+    Column("gpu_model", String(128)),                         # the GPUs' model, as CUDA names it (null: no GPU)
+    Column("gpus", Integer),                                  # distinct GPUs the run's ranks used
+    Column("gpu_peak_memory_mb", Float),                      # the largest peak any rank allocated (MB)
+    Column("gpu_utilization", Float),                         # mean NVML utilisation (%), null where NVML was absent
     Column("throughput", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),

@@ -61,6 +61,8 @@ def test_defaults_live_in_one_place():
             assert value == "???"
         elif f.name == "threads_per_node":
             assert value == "${workers_per_node}"
+        elif f.name == "device":   # resolved per site: cuda where the site declares GPUs, else the spec's cpu
+            assert value == "auto" and f.default == "cpu"
         else:
             assert value == (list(f.default) if isinstance(f.default, tuple) else f.default), f.name
     # a spec built from the schema's defaults alone equals RunSpec's defaults
@@ -186,7 +188,7 @@ def _non_default(f) -> object:
                "device": "cpu", "imbalance_kind": "fixed", "workload_kind": "command", "study": "other",
                "dataset_path": "/data/x", "threads_per_node": 2, "workers_per_node": 2, "imbalance_rank": 0,
                "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5,
-               "compute": "emulated", "compute_profile": "set below"}
+               "compute": "emulated", "compute_profile": "set below", "data_path": "torch_distributed"}
     if f.name in special:
         return special[f.name]
     if f.type is bool:

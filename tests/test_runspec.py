@@ -32,7 +32,9 @@ def test_valid_config_builds_a_spec():
     pytest.param("algorithm", "horovod", "needs Horovod", marks=pytest.mark.skipif(
         importlib.util.find_spec("horovod") is not None, reason="Horovod is installed here")),
     ("device", "tpu", "unknown device"),
-    ("device", "cuda", "algorithm sync runs on cpu"),
+    ("device", "cuda", "site local declares no GPUs (accelerators_per_node: 0)"),
+    ("data_path", "host_staging", "algorithm sync on cpu moves gradients through mpi or torch_distributed"),
+    ("data_path", "ucx", "unknown data_path"),
     ("fusion_threshold_mb", -1, "must be >= 0"),
     ("cycle_time_ms", 0, "must be > 0"),
     ("timeline", "yes", "expected true or false"),

@@ -15,14 +15,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="where metrics/ and result.json go (default: the spec's folder)")
     args = parser.parse_args(argv)
 
+    from .spec import RunSpec
+
+    spec = RunSpec.load(args.spec)
+    _bind_gpu(spec)   # before MPI and CUDA start: a CUDA-aware MPI may open the GPU in MPI_Init
+
     from mpi4py import MPI
 
-    from .spec import RunSpec
     from .train import train
 
     comm = MPI.COMM_WORLD
     try:
-        spec = RunSpec.load(args.spec)
         train(spec, args.run_dir or args.spec.parent, comm)
     except Exception as exc:  # one rank failing must not leave the others blocked in a collective
         from .failure import SETUP, SetupError, record_failure
@@ -39,6 +42,16 @@ def main(argv: list[str] | None = None) -> int:
             comm.Abort(1)
         return 1
     return 0
+
+
+def _bind_gpu(spec) -> None:
+    from .placement import bind_gpu
+
+    if spec.device == "cuda":
+        try:
+            bind_gpu(spec.gpu_binding, spec.gpus_per_node, spec.world_size, spec.workers_per_node)
+        except RuntimeError:   # started without a launcher's rank variables: left as it is
+            pass
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 from . import report
 from .failure import SETUP, record_failure
 from .metrics import cpu_affinity
+from .placement import bind_gpu, launcher_ranks, visible_gpus
 from .run_folder import REPORTED_RESULT_FILE, rank_metrics_file, rank_output_file
 from .spec import RunSpec
 
@@ -36,33 +37,6 @@ OUTPUT_DRAIN_SECONDS = 2.0
 ABORT_POLL_SECONDS, ABORT_GRACE_SECONDS = 0.5, 5.0
 ATTEMPT_ENV, LAUNCH_DIR_ENV = "SCALESTUDY_ATTEMPT", "SCALESTUDY_LAUNCH_DIR"
 RENDEZVOUS_SECONDS = 300.0
-# the rank variable of each launcher: MPICH/Hydra and srun's PMI, srun, Cray PALS, aprun, Open MPI, PMIx
-RANK_VARS = ("PMI_RANK", "SLURM_PROCID", "PALS_RANKID", "ALPS_APP_PE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-
-
-def _first_int(names: tuple[str, ...], env: dict[str, str]) -> int | None:
-    for name in names:
-        value = env.get(name, "")
-        if value.strip().lstrip("-").isdigit():
-            return int(value)
-    return None
-
-
-def launcher_ranks(spec: RunSpec, env: dict[str, str]) -> tuple[int, int, int]:
-    """(rank, local rank, ranks per node): the rank from the MPI launcher's environment; the
-    node-local index from the run's layout, since every launcher scalestudy drives places
-    ``workers_per_node`` consecutive ranks on each node (``-ppn``, ``--ntasks-per-node``,
-    ``-N``). The launchers' own local ids would disagree on the local site, where every
-    virtual node is this one host."""
-    rank = _first_int(RANK_VARS, env)
-    if rank is None:
-        if spec.world_size > 1:
-            raise RuntimeError(f"cannot tell this process's rank: none of {', '.join(RANK_VARS)} is set "
-                               "(start the command through an MPI launcher)")
-        rank = 0
-    return rank, rank % spec.workers_per_node, spec.workers_per_node
-
-
 def rendezvous(run_dir: Path, attempt: str, rank: int, timeout: float = RENDEZVOUS_SECONDS) -> tuple[str, int]:
     """Rank 0 publishes its host and a free port in the run folder (shared by every node);
     the others wait for it. A new attempt of the run uses a new file."""
@@ -118,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.load(spec_path)
     run_dir = spec_path.parent
     env = dict(os.environ)
-    rank, local_rank, local_size = launcher_ranks(spec, env)
+    rank, local_rank, local_size = launcher_ranks(spec.world_size, spec.workers_per_node, env)
     addr, port = rendezvous(run_dir, env.get(ATTEMPT_ENV, "0"), rank)
     env.update({
         "RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(local_rank),
@@ -128,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     })
     program = resolve_argv(spec.command, Path(env.get(LAUNCH_DIR_ENV, os.getcwd())))
     metrics = rank_metrics_file(run_dir, rank)
+    if spec.device == "cuda":
+        if not visible_gpus():
+            return _cannot_start(run_dir, rank, metrics, f"workloads: rank {rank}: device=cuda: no GPU is visible on "
+                                 f"{socket.gethostname()} (no NVIDIA driver: /proc/driver/nvidia/gpus is absent)", 1)
+        bind_gpu(spec.gpu_binding, spec.gpus_per_node, spec.world_size, spec.workers_per_node, env)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
                                                 "node": node, "pid": os.getpid(), "t": time.time(),
@@ -140,13 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         child = subprocess.Popen(program, env=env, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  close_fds=False, preexec_fn=_die_with_parent)
     except OSError as exc:
-        message = f"workloads: rank {rank}: cannot start {program[0]!r}: {exc.strerror or exc}"
-        out_path.write_text(message + "\n")
-        print(message, file=sys.stderr, flush=True)
-        record_failure(run_dir, rank, SETUP, message)
-        report.append_record(metrics, "run_end", {"status": "failed", "exit_code": 127, "error": message,
-                                                  "t": time.time()})
-        return 127
+        return _cannot_start(run_dir, rank, metrics,
+                             f"workloads: rank {rank}: cannot start {program[0]!r}: {exc.strerror or exc}", 127)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     abort_file = run_dir / f".abort-{env.get(ATTEMPT_ENV, '0')}"
@@ -162,6 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         abort_file.write_text(f"rank {rank} exited with {code}\n")   # tell the other ranks
     report.append_record(metrics, "run_end", {"status": "done" if code == 0 else "failed", "exit_code": code,
                                               "seconds": time.monotonic() - t0, "t": time.time()})
+    return code
+
+
+def _cannot_start(run_dir: Path, rank: int, metrics: Path, message: str, code: int) -> int:
+    """The program cannot start on this rank (and would not on a retry): one line, recorded as a
+    setup failure, and the rank's exit code."""
+    out_path = rank_output_file(run_dir, rank)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(message + "\n")
+    print(message, file=sys.stderr, flush=True)
+    record_failure(run_dir, rank, SETUP, message)
+    report.append_record(metrics, "run_end", {"status": "failed", "exit_code": code, "error": message,
+                                              "t": time.time()})
     return code
 
 

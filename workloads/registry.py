@@ -20,12 +20,28 @@ from importlib import metadata
 from typing import Any, Callable
 
 ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
-# algorithm -> devices it runs on
-ALGORITHM_DEVICES = {"sync": ("cpu",), "ddp": ("cpu", "cuda"), "horovod": ("cpu",), "eager_solo": ("cpu",),
-                     "eager_majority": ("cpu",), "async_ps": ("cpu",)}
+DEVICES = ("cpu", "cuda")
+# how gradients travel between ranks (workloads/comm/data_path.py); auto: the first the
+# algorithm takes on its device (ALGORITHM_DATA_PATHS)
+DATA_PATHS = ("auto", "mpi", "torch_distributed", "cuda_aware_mpi", "host_staging", "horovod")
+# (algorithm, device) -> the data paths it can take, the first being what auto means:
+# - sync moves its fused buffers through any path; on GPUs NCCL first, as Horovod and DDP do;
+# - eager-SGD's partial collectives and the parameter server progress on the host, over MPI:
+#   on GPUs their tensors are staged through pinned host buffers;
+# - ddp is torch.distributed (gloo on CPU, nccl on CUDA); horovod brings its own (MPI, or NCCL
+#   where it was built with it).
+ALGORITHM_DATA_PATHS = {
+    ("sync", "cpu"): ("mpi", "torch_distributed"),
+    ("sync", "cuda"): ("torch_distributed", "cuda_aware_mpi", "host_staging"),
+    ("ddp", "cpu"): ("torch_distributed",), ("ddp", "cuda"): ("torch_distributed",),
+    ("horovod", "cpu"): ("horovod",), ("horovod", "cuda"): ("horovod",),
+    ("async_ps", "cpu"): ("mpi",), ("async_ps", "cuda"): ("host_staging",),
+    **{(a, d): (("mpi",) if d == "cpu" else ("host_staging",)) for a in ("eager_solo", "eager_majority")
+       for d in DEVICES},
+}
+ALGORITHM_DEVICES = {a: DEVICES for a in ALGORITHMS}
 # algorithms with a cycle time that autotune=true chooses (sync: ours; horovod: HOROVOD_AUTOTUNE)
 TUNABLE_ALGORITHMS = ("sync", "horovod")
-DEVICES = ("cpu", "cuda")
 IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
 
 # model -> the kind of input it takes
@@ -44,6 +60,19 @@ IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*
 # what a factory may ask for, by parameter name
 FACTORY_ARGUMENTS = {"model": ("input_shape", "num_classes", "params", "seed"),
                      "dataset": ("params", "seed", "path")}
+
+
+def resolve_data_path(algorithm: str, device: str, requested: str = "auto") -> str:
+    """The data path a run of ``algorithm`` on ``device`` uses when ``requested`` is asked for;
+    ``ValueError`` naming what it can take otherwise."""
+    allowed = ALGORITHM_DATA_PATHS[(algorithm, device)]
+    if requested == "auto":
+        return allowed[0]
+    if requested not in allowed:
+        raise ValueError(f"algorithm {algorithm} on {device} moves gradients through "
+                         f"{' or '.join(allowed)}" + (" (auto picks it)" if len(allowed) == 1 else
+                                                      f" (auto: {allowed[0]})"))
+    return requested
 
 
 class FactoryError(ValueError):

@@ -84,7 +84,18 @@ class RunSpec:
                                     "false: on the training thread, between gradient hooks")
     timeline: bool = axis(False, builtin_only=True,
                           help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
-    device: str = axis("cpu", help="cpu, or cuda (ddp only)")
+    device: str = axis("cpu", config_default="auto",
+                       help="cpu, or cuda: one rank per GPU (auto: cuda where the site declares GPUs, "
+                            "accelerators_per_node, else cpu)")
+    data_path: str = axis("auto", label="data path", hashed_when_default=False, builtin_only=True,
+                          help="how gradients travel: auto, mpi, torch_distributed (nccl on GPUs, gloo on CPUs), "
+                               "cuda_aware_mpi, host_staging (pinned host buffers + MPI); the run records the "
+                               "one it used (data_path_used)")
+    gpu_binding: str = axis("none", config=None, identity=False, column=False,
+                            help="the site's GPU of a local rank: direct, reverse (Polaris), or none (workloads/"
+                                 "placement.py)")
+    gpus_per_node: int = axis(0, config=None, identity=False, column=False,
+                              help="the site's GPUs per node (accelerators_per_node)")
     sync_every: int = axis(10, builtin_only=True, label="synchronous round every",
                            help="eager_*: a synchronous round and model averaging every this many steps "
                                 "(0: only the last)")

@@ -24,11 +24,13 @@ from . import objective
 from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
+from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .imbalance import DelayInjector
 from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
 from .models import build_model
 from .outcome import TrainOutcome, make_outcome, record_step
+from .registry import resolve_data_path
 from .run_folder import STEP_PHASES
 from .spec import RunSpec
 
@@ -89,15 +91,20 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
             f"{spec.workers_per_node} = {spec.world_size} ranks (is the launcher starting one MPI job?)"
         )
     configure_threads(spec)
+    device = run_device(spec.device, rank % spec.workers_per_node, rank)   # before any collective
     clock = AlignedClock(estimate_offset_to_root(comm))
     writer = MetricsWriter(run_dir, rank)
+    gpu = gpu_facts(device)
+    versions = library_versions()
+    if gpu is not None:
+        versions.update({k: gpu[k] for k in ("cuda", "nccl", "driver")})
     writer.run_start(
         spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
-        node=node_name(), job_id=scheduler_job_id(),
-        threads=torch.get_num_threads(), cpus=cpu_affinity(), clock_offset=clock.offset, t=clock.now(), versions=library_versions(),
+        node=node_name(), job_id=scheduler_job_id(), threads=torch.get_num_threads(), cpus=cpu_affinity(),
+        clock_offset=clock.offset, t=clock.now(), versions=versions, gpu=gpu,
     )
     try:
-        outcome = _train_loop(spec, comm, clock, writer, Path(run_dir))
+        outcome = _train_loop(spec, comm, clock, writer, Path(run_dir), device)
     except BaseException as exc:
         writer.run_end(status="failed", error=f"{type(exc).__name__}: {exc}", t=clock.now())
         writer.close()
@@ -114,14 +121,6 @@ def delay_injector(spec: RunSpec, world_size: int) -> DelayInjector:
     return DelayInjector(kind=spec.imbalance_kind, ranks=spec.imbalance_ranks, delay_ms=spec.imbalance_delay_ms,
                          rank=spec.imbalance_rank, sigma=spec.imbalance_sigma, seed=spec.seed,
                          world_size=world_size)
-
-
-def _to_device(spec: RunSpec, comm: MPI.Comm) -> torch.device:
-    if spec.device == "cuda":
-        local_rank = comm.Get_rank() % spec.workers_per_node
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module]:
@@ -146,6 +145,7 @@ def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock:
     options = SyncOptions(fusion_threshold_mb=spec.fusion_threshold_mb, cycle_time_ms=spec.cycle_time_ms,
                           autotune=spec.autotune, engine_thread=spec.engine_thread,
                           timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
+                          data_path=resolve_data_path(spec.algorithm, spec.device, spec.data_path),
                           sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs,
                           run_dir=str(run_dir))
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
@@ -154,24 +154,25 @@ def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock:
     return engine
 
 
-def _timed_step(engine, data: Dataset, idx, device: torch.device, step: int, delay: float):
-    """One step; its loss and the seven time marks between its phases (``STEP_PHASES``)."""
-    t0 = time.perf_counter()
+def _timed_step(engine, data: Dataset, idx, device: torch.device, step: int, delay: float, mark: StepClock):
+    """One step; its loss and the seven time marks between its phases (``STEP_PHASES``), each
+    taken once the device has done the phase's work (``StepClock``)."""
+    t0 = mark()
     engine.begin_step(step)
-    x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
-    t1 = time.perf_counter()
+    x, y = data.x_train[idx].to(device, non_blocking=True), data.y_train[idx].to(device, non_blocking=True)
+    t1 = mark()
     engine.zero_grad()
     loss = objective.loss(engine.module(x), y)
-    t2 = time.perf_counter()
+    t2 = mark()
     if delay:
         time.sleep(delay)
-    t2d = time.perf_counter()
+    t2d = mark()
     loss.backward()
-    t3 = time.perf_counter()
+    t3 = mark()
     engine.synchronize()
-    t4 = time.perf_counter()
+    t4 = mark()
     engine.step()
-    t5 = time.perf_counter()
+    t5 = mark()
     return loss, (t0, t1, t2, t2d, t3, t4, t5)
 
 
@@ -185,17 +186,32 @@ def _write_rounds(writer: MetricsWriter, rank: int, rounds) -> None:
 
 
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
-                run_dir: Path) -> TrainOutcome:
+                run_dir: Path, device: torch.device) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
-    device = _to_device(spec, comm)
     data, model = _build(spec, rank, device)
     delays = delay_injector(spec, size)
-    if spec.algorithm == "async_ps":
-        from .algorithms.async_ps import train_async_ps
+    utilization = UtilizationSampler(device)
+    try:
+        if spec.algorithm == "async_ps":
+            from .algorithms.async_ps import train_async_ps
 
-        return train_async_ps(spec, comm, clock, writer, data, model, delays)
+            outcome = train_async_ps(spec, comm, clock, writer, data, model, delays, device)
+        else:
+            outcome = _synchronous_loop(spec, comm, clock, writer, run_dir, device, data, model, delays)
+    finally:
+        busy = utilization.stop()
+    outcome.summary["rank_summary"].update(gpu_peak_memory_bytes=peak_memory_bytes(device), gpu_utilization=busy)
+    return outcome
+
+
+def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter, run_dir: Path,
+                      device: torch.device, data: Dataset, model: torch.nn.Module,
+                      delays: DelayInjector) -> TrainOutcome:
+    """Every algorithm but the parameter server: one gradient sync engine, a step at a time."""
+    rank, size = comm.Get_rank(), comm.Get_size()
     sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, rank, size, spec.seed, spec.steps_per_epoch)
     engine = _gradient_sync(spec, model, comm, clock, sampler, run_dir)
+    mark = StepClock(device)
     phases = dict.fromkeys(STEP_PHASES, 0.0)
     step = samples_seen = 0
     train_seconds = 0.0
@@ -207,7 +223,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
             epoch_start = time.perf_counter()
             for idx in sampler.epoch(epoch):
                 t_start = clock.now()
-                loss, marks = _timed_step(engine, data, idx, device, step, delays.seconds(step, rank))
+                loss, marks = _timed_step(engine, data, idx, device, step, delays.seconds(step, rank), mark)
                 samples_seen += sampler.global_batch_size
                 record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
                 if spec.timeline:
@@ -230,6 +246,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     decided = engine.run_metrics()
     if decided:
         outcome.summary["metrics"] = decided
+    outcome.summary["data_path_used"] = engine.data_path_label
     return outcome
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from workloads.placement import GPU_BINDINGS
+
 from ..errors import ConfigError
 from .checks import (NAME_RE, PATH_RE, as_list, check_command, check_directive, check_env,
                      check_flags, check_module, check_name, check_walltime, positive_int, walltime_seconds)
@@ -71,7 +73,10 @@ class SiteConfig:
     # allocation_nodes nodes (0: the sweep's largest run), several at a time when they fit
     allocation: str = "per_size"
     allocation_nodes: int = 0
-    accelerators_per_node: int = 0   # GPUs per node (documentation and predictions; runs use device=)
+    accelerators_per_node: int = 0   # GPUs per node: device=cuda runs at most one rank per GPU
+    # which GPU a node's k-th rank owns (workloads/placement.py): direct (k), reverse (n-1-k,
+    # Polaris' topology), none (the launcher binds)
+    gpu_binding: str = "direct"
     network: NetworkSpec | None = None   # interconnect, for model predict (site_network.py)
 
     @property
@@ -142,6 +147,9 @@ def _check_machine(raw: dict[str, Any], path: Path) -> None:
         value = raw["accelerators_per_node"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError("site.accelerators_per_node", value, "expected an integer >= 0")
+    if "gpu_binding" in raw and raw["gpu_binding"] not in GPU_BINDINGS:
+        raise ConfigError("site.gpu_binding", raw["gpu_binding"], f"expected {', '.join(GPU_BINDINGS)} (which GPU "
+                          "a node's k-th rank owns: k, n-1-k, or whatever the launcher gives it)")
     raw["network"] = parse_network(raw.get("network"))
     for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:

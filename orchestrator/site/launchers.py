@@ -24,13 +24,26 @@ def hardware_threads_per_core(site: SiteConfig, threads_per_node: int) -> int:
     return max(1, min(site.threads_per_core, -(-threads_per_node // site.cores_per_node)))
 
 
+def gpu_rank_cores(site: SiteConfig, ranks_per_node: int) -> int:
+    """A GPU run's rank owns an equal share of its node's cores, whatever threads it runs: the
+    facilities' GPU examples spread ranks so that each sits in the NUMA domain of its GPU
+    (ALCF: "NDEPTH=8 and --cpu-bind depth ... ensure that each MPI rank is bound to a separate
+    NUMA node"; NERSC: ``-c`` = floor(64 / tasks per node) x 2)."""
+    return max(1, site.cores_per_node // max(1, ranks_per_node))
+
+
 class MpiLauncher:
     name: ClassVar[str]            # as a site file and Parsl's MPIExecutor name it
 
-    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int) -> str:
+    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
         """Flags that give each rank its share of a node's cores (``threads_per_rank`` hardware
         threads, on whole cores while the node's threads fit on its cores, two per core past
-        that, ...)."""
+        that, ...; a GPU run's rank its node's share, ``gpu_rank_cores``)."""
+        return ""
+
+    def gpu_flags(self, site: SiteConfig) -> str:
+        """Flags that hand a GPU run's ranks the node's GPUs (which one each uses is
+        ``workloads.placement``'s, by the site's ``gpu_binding``)."""
         return ""
 
     def failure_flags(self) -> str:
@@ -57,8 +70,13 @@ class PalsMpiexec(MpiLauncher):
     depth`` places ranks that far apart (ALCF, Polaris "Running jobs")."""
     name = "mpiexec"
 
-    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int) -> str:
-        return f"--depth={threads_per_rank} --cpu-bind=depth"
+    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
+        depth = max(threads_per_rank, gpu_rank_cores(site, ranks_per_node)) if gpu else threads_per_rank
+        return f"--depth={depth} --cpu-bind=depth"
+
+    # GPUs: none to add. "The Cray MPI on Polaris does not currently support binding MPI ranks to
+    # GPUs" (ALCF, Using GPUs on Polaris): its affinity script sets CUDA_VISIBLE_DEVICES per local
+    # rank instead, as workloads.placement does (gpu_binding: reverse)
 
 
 class Srun(MpiLauncher):
@@ -67,9 +85,20 @@ class Srun(MpiLauncher):
     and thread affinity")."""
     name = "srun"
 
-    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int) -> str:
+    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
         j = hardware_threads_per_core(site, threads_per_rank * ranks_per_node)
-        return f"--cpus-per-task={-(-threads_per_rank // j) * site.threads_per_core}"
+        cores = -(-threads_per_rank // j)
+        if gpu:   # NERSC's GPU examples: -c floor(64 / tasks per node) x 2 (the site sets --cpu-bind=cores)
+            cores = max(cores, gpu_rank_cores(site, ranks_per_node))
+        return f"--cpus-per-task={cores * site.threads_per_core}"
+
+    def gpu_flags(self, site: SiteConfig) -> str:
+        # every GPU of the node visible to every task, none bound by Slurm: --gpus-per-task or
+        # --gpu-bind=map_gpu isolate each task's GPU in a cgroup, and CUDA-aware Cray MPICH then
+        # fails opening its peers' memory ("cuIpcOpenMemHandle: invalid argument", E3SM issue
+        # 4834 on Perlmutter; WarpX's Perlmutter script: "--gpu-bind=none ... NERSC cgroups
+        # issue"). Each rank takes its own GPU from the list (workloads.placement).
+        return f"--gpus-per-node={site.accelerators_per_node} --gpu-bind=none"
 
     def failure_flags(self) -> str:
         # srun otherwise lets the other ranks run on: after a rank dies in MPI_Init they spin
@@ -83,7 +112,7 @@ class Aprun(MpiLauncher):
     scripts and affinity page)."""
     name = "aprun"
 
-    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int) -> str:
+    def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
         j = hardware_threads_per_core(site, threads_per_rank * ranks_per_node)
         return f"-d {-(-threads_per_rank // j) * j} -cc depth -j {j}"
 
@@ -119,11 +148,13 @@ def launcher_of(site: SiteConfig) -> MpiLauncher:
     return LAUNCHERS[site.mpi_launcher]
 
 
-def launch_flags(site: SiteConfig, threads_per_rank: int, ranks_per_node: int = 1) -> str:
+def launch_flags(site: SiteConfig, threads_per_rank: int, ranks_per_node: int = 1, device: str = "cpu") -> str:
     """Everything scalestudy adds to the site's own ``launcher_options`` for one run."""
     launcher = launcher_of(site)
+    gpu = device == "cuda"
     return " ".join(x for x in (launcher.failure_flags(),
-                                launcher.binding_flags(site, threads_per_rank, ranks_per_node)) if x)
+                                launcher.binding_flags(site, threads_per_rank, ranks_per_node, gpu),
+                                launcher.gpu_flags(site) if gpu else "") if x)
 
 
 def fix_prefix(words: list[str]) -> list[str]:

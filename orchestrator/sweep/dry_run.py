@@ -15,6 +15,7 @@ from typing import Sequence
 
 from rich.console import Console
 
+from workloads.placement import gpu_rule
 from workloads.run_folder import SPEC_FILE
 
 from ..errors import ConfigError
@@ -50,10 +51,14 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
     out.print("")
     for job, spec in launching:
         options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker,
-                                                                            spec.workers_per_node)) if x)
+                                                                            spec.workers_per_node, spec.device)) if x)
         prefix = preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)
         out.print(f"#{job.idx} {labels[job.idx]}\n    launch: {prefix} "
                   f"{shlex.join(program(spec, job.output_dir / SPEC_FILE))}")
+        if spec.device == "cuda":
+            out.print(f"    GPUs: one per rank, the k-th rank of a node on GPU "
+                      f"{gpu_rule(spec.gpu_binding, spec.gpus_per_node)} (CUDA_VISIBLE_DEVICES, site gpu_binding: "
+                      f"{spec.gpu_binding})")
         predicted = admitted.prediction.seconds.get(job.idx)
         if predicted is not None:
             out.print(f"    predicted: {predicted / 60:.1f} min")

@@ -91,7 +91,7 @@ class SweepRecorder:
             self.labels[job.idx] = run_label(spec)
         plan = LaunchPlan(site=admitted.site, submit=[False] * len(jobs), batch_jobs=admitted.batch_jobs,
                           launcher_options={j.idx: launch_flags(admitted.site, s.threads_per_worker,
-                                                                s.workers_per_node)
+                                                                s.workers_per_node, s.device)
                                             for j, s in zip(jobs, admitted.specs)})
         if OmegaConf.select(self.config, "dry_run"):
             from .dry_run import print_dry_run

@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHM_DEVICES, ALGORITHMS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
-                                TUNABLE_ALGORITHMS, FactoryError, is_builtin, load_factory)
+from workloads.registry import (ALGORITHMS, DATA_PATHS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
+                                TUNABLE_ALGORITHMS, FactoryError, is_builtin, load_factory, resolve_data_path)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
 from ..errors import ConfigError
@@ -105,18 +105,58 @@ def _model_and_dataset(c: dict[str, Any]) -> tuple[str, str, str | None]:
     return model, dataset, path
 
 
-def _algorithm(c: dict[str, Any]) -> tuple[str, str]:
+def _algorithm(c: dict[str, Any]) -> str:
     algorithm = _choice("algorithm", c.get("algorithm", FIELD["algorithm"].default), ALGORITHMS)
-    device = _choice("device", c.get("device", "cpu"), DEVICES)
-    if device not in ALGORITHM_DEVICES[algorithm]:
-        raise ConfigError("device", device, f"algorithm {algorithm} runs on {', '.join(ALGORITHM_DEVICES[algorithm])}")
     if algorithm == "horovod":
         import importlib.util
 
         if importlib.util.find_spec("horovod") is None:
             raise ConfigError("algorithm", algorithm, "needs Horovod (horovod.torch), not installed in this "
                               "environment; build it with `bash scripts/install-horovod.sh` or use algorithm=sync")
-    return algorithm, device
+    return algorithm
+
+
+def _device(c: dict[str, Any], site: SiteConfig, algorithm: str, workers: int, workload_kind: str) -> dict[str, Any]:
+    """The run's device (``auto``: the site's GPUs where it declares some), its data path, and
+    the site's GPU binding: one rank per GPU, so a node runs at most its GPUs' worth of ranks."""
+    device = c.get("device", "auto")
+    if device == "auto":
+        device = "cuda" if site.accelerators_per_node else "cpu"
+    device = _choice("device", device, DEVICES)
+    if device == "cuda" and not site.accelerators_per_node:
+        raise ConfigError("device", device, f"site {site.name} declares no GPUs (accelerators_per_node: 0); use a GPU "
+                          "site (polaris, perlmutter_gpu, local_gpu, or your own) or device=cpu")
+    if device == "cuda" and workers > site.accelerators_per_node:
+        raise ConfigError("workers_per_node", workers, f"device=cuda runs one rank per GPU: workers_per_node={workers} "
+                          f"is more than the {site.accelerators_per_node} GPUs of a site {site.name} node "
+                          f"(accelerators_per_node: {site.accelerators_per_node})")
+    requested = _choice("data_path", c.get("data_path", FIELD["data_path"].default), DATA_PATHS)
+    if workload_kind != "builtin" and requested != "auto":
+        raise ConfigError("data_path", requested, "chooses how our training loop moves gradients; a command "
+                          "workload moves its own")
+    if workload_kind == "builtin":
+        try:
+            resolve_data_path(algorithm, device, requested)
+        except ValueError as exc:
+            raise ConfigError("data_path", requested, str(exc)) from None
+        if algorithm == "horovod" and device == "cuda":
+            _horovod_has_nccl()
+    cuda = device == "cuda"
+    return {"device": device, "data_path": requested, "gpu_binding": site.gpu_binding if cuda else "none",
+            "gpus_per_node": site.accelerators_per_node if cuda else 0}
+
+
+def _horovod_has_nccl() -> None:
+    """Horovod moves CUDA tensors with NCCL only where it was built with it
+    (``HOROVOD_GPU_OPERATIONS=NCCL``); without, say so here rather than in a batch job."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise ConfigError("algorithm", "horovod", f"horovod.torch does not import here ({exc})") from None
+    if not hvd.nccl_built():
+        raise ConfigError("device", "cuda", "algorithm=horovod on GPUs needs Horovod built with NCCL "
+                          "(HOROVOD_GPU_OPERATIONS=NCCL; scripts/install-horovod.sh builds a CPU one); use "
+                          "algorithm=sync (data_path=torch_distributed: NCCL) or ddp")
 
 
 def _imbalance(c: dict[str, Any], world_size: int, model: str, dataset: str) -> dict[str, Any]:
@@ -317,7 +357,8 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         )
     workload = _workload(c)
     model, dataset, dataset_path = _model_and_dataset(c)
-    algorithm, device = _algorithm(c)
+    algorithm = _algorithm(c)
+    placement = _device(c, site, algorithm, workers, workload["workload_kind"])
     if algorithm == "async_ps" and nodes * workers < 2 and workload["workload_kind"] == "builtin":
         raise ConfigError("algorithm", algorithm, "needs at least 2 ranks (a server and a worker); "
                           "raise nodes or workers_per_node")
@@ -345,7 +386,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         autotune=_autotune(d("autotune"), algorithm),
         engine_thread=_bool("engine_thread", d("engine_thread")),
         timeline=_bool("timeline", d("timeline")),
-        device=device,
+        **placement,
         sync_every=_int("sync_every", d("sync_every"), minimum=0),
         **_compute(c, workload["workload_kind"], model=model, batch_size=_int("batch_size", d("batch_size")),
                    threads_per_worker=threads // workers),

@@ -20,7 +20,8 @@ from sqlalchemy import Engine
 from .. import query
 from ..store import safe_url
 
-_COLUMNS = ["run_id", "status", "site", "git_commit", "git_dirty", "environment", "versions", "job_id", "hosts"]
+_COLUMNS = ["run_id", "status", "site", "git_commit", "git_dirty", "environment", "versions", "job_id", "hosts",
+            "device", "gpu_model", "gpus", "data_path_used"]
 _JOB_IDS_SHOWN = 40
 
 
@@ -70,6 +71,15 @@ def collect(engine: Engine, study: str, db_url: str, where=None) -> Provenance:
     for name in sorted({k for v in ver for k in v if k != "mpi_library"}):
         prov.packages.append((name, _versions(v.get(name) for v in ver), "workload (compute nodes)"))
     prov.mpi_libraries = Counter(v["mpi_library"] for v in ver if v.get("mpi_library")).most_common()
+    gpus = runs[runs["device"] == "cuda"] if "device" in runs else runs.iloc[0:0]
+    if not gpus.empty:   # what GPUs, how many a run, how the gradients travelled
+        prov.packages.append(("GPU", _versions(gpus["gpu_model"].where(gpus["gpu_model"].notna(), "not recorded")),
+                              "workload (compute nodes)"))
+        prov.packages.append(("GPUs per run", _versions(str(int(g)) if pd.notna(g) else "not recorded"
+                                                         for g in gpus["gpus"]), "workload (compute nodes)"))
+    used = [u for u in runs["data_path_used"].dropna()] if "data_path_used" in runs else []
+    if used:
+        prov.packages.append(("data path", _versions(used), "workload (compute nodes)"))
     prov.hosts = sorted({h for hosts in runs["hosts"].dropna() for h in str(hosts).split(",") if h})
     logins = sorted({e["login_host"] for e in env if e.get("login_host")})
     if logins:

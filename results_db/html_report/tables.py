@@ -114,6 +114,9 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
     first = runs.drop_duplicates("config").set_index("config")
     for axis in sr.varying:
         frame[axis] = [first.loc[c, axis] for c in frame["config"]]
+    for column, how in (("gpu_peak_memory_mb", "max"), ("gpu_utilization", "mean")):
+        if column in runs and runs[column].notna().any():   # GPU runs: what their GPUs held and did
+            frame[column] = runs.groupby("config", sort=False)[column].agg(how).reindex(frame["config"]).to_numpy()
     frame["status"] = "done"
     frame["speedup"] = frame["speedup_std"] = frame["efficiency"] = float("nan")
     if baseline:

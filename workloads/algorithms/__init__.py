@@ -41,6 +41,10 @@ class SingleProcess(GradientSync):
     def synchronize(self) -> None:
         pass
 
+    @property
+    def data_path_label(self) -> str:
+        return "none"   # one rank: no gradient travels
+
     def run_metrics(self) -> dict[str, Any]:
         # one rank has no engine and no cycle: autotune=true has nothing to choose
         return {"autotune_tuned": False} if self.options.autotune else {}

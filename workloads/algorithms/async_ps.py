@@ -6,6 +6,10 @@ gradient the moment it arrives, and answers with the current weights. Ranks
 push it, repeat, never waiting for each other. Each update carries one worker's
 batch, so the learning rate is divided by the number of workers to keep the step
 per sample comparable with synchronous SGD on the global batch.
+
+Messages go over MPI through host memory: on a GPU, gradients and weights are flat device
+buffers with pinned host mirrors (``comm.data_path.HostMirror``), copied after the work
+that produced them, on a stream of their own.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..clock import AlignedClock
+from ..comm.data_path import Device, HostMirror
 from ..data import Dataset, GlobalBatchSampler
 from ..imbalance import DelayInjector
 from .. import objective
 from ..metrics import MetricsWriter
+from ..device import StepClock
 from ..outcome import make_outcome, record_step
 from ..run_folder import STEP_PHASES
 from ..spec import RunSpec
@@ -33,12 +39,13 @@ GRAD_TAG, PARAMS_TAG = 11, 12
 SERVER = 0
 
 
-def _evaluate_here(model: nn.Module, data: Dataset, batch: int = 512) -> tuple[float, float]:
+def _evaluate_here(model: nn.Module, data: Dataset, device: torch.device, batch: int = 512) -> tuple[float, float]:
     model.eval()
     correct, loss_sum, count = 0, 0.0, 0
     with torch.no_grad():
         for lo in range(0, len(data.x_test), batch):
-            c, s, n = objective.scores(model(data.x_test[lo:lo + batch]), data.y_test[lo:lo + batch])
+            c, s, n = objective.scores(model(data.x_test[lo:lo + batch].to(device)),
+                                       data.y_test[lo:lo + batch].to(device))
             correct, loss_sum, count = correct + c, loss_sum + s, count + n
     model.train()
     return correct / count, loss_sum / count
@@ -46,14 +53,27 @@ def _evaluate_here(model: nn.Module, data: Dataset, batch: int = 512) -> tuple[f
 
 @dataclass
 class _Shared:
-    """What the server and the workers of one run both hold."""
+    """What the server and the workers of one run both hold: the weights as one flat buffer on
+    the run's device (``flat``) and its host mirror, which MPI sends and receives."""
     spec: RunSpec
     comm: MPI.Comm
     writer: MetricsWriter
     params: list
     flat: torch.Tensor
+    weights: HostMirror
+    device: torch.device
     phases: dict
     wall_start: float
+
+    def load_weights(self) -> None:
+        """The host mirror's weights into the model (after a receive)."""
+        self.weights.to_device()
+        vector_to_parameters(self.flat, self.params)
+
+    def store_weights(self):
+        """The model's weights, on the host, to send."""
+        self.flat.copy_(parameters_to_vector(self.params).detach())
+        return self.weights.to_host()
 
 
 def _serve(run: _Shared, data: Dataset, model: nn.Module, workers: int, steps_per_epoch: int):
@@ -61,26 +81,27 @@ def _serve(run: _Shared, data: Dataset, model: nn.Module, workers: int, steps_pe
     Returns (updates applied, train seconds, last top-1, last loss)."""
     spec, comm, params = run.spec, run.comm, run.params
     optimizer = torch.optim.SGD(params, lr=spec.lr / workers, momentum=spec.momentum)
-    grad = np.empty(run.flat.numel(), dtype=np.float32)
+    grad_device = torch.zeros_like(run.flat)
+    grad = HostMirror(Device(run.device), grad_device)
     status = MPI.Status()
     per_epoch = workers * steps_per_epoch
     top1 = loss_value = float("nan")
     for update in range(per_epoch * spec.epochs):
         t0 = time.perf_counter()
-        comm.Recv(grad, source=MPI.ANY_SOURCE, tag=GRAD_TAG, status=status)
+        comm.Recv(grad.host.numpy(), source=MPI.ANY_SOURCE, tag=GRAD_TAG, status=status)
         t1 = time.perf_counter()
+        grad.to_device()
         offset = 0
         for p in params:
-            p.grad = torch.from_numpy(grad[offset:offset + p.numel()].copy()).view_as(p)
+            p.grad = grad_device[offset:offset + p.numel()].view_as(p).clone()
             offset += p.numel()
         optimizer.step()
-        flat = parameters_to_vector(params).detach().contiguous()
-        comm.Send(flat.numpy(), dest=status.Get_source(), tag=PARAMS_TAG)
+        comm.Send(run.store_weights(), dest=status.Get_source(), tag=PARAMS_TAG)
         run.phases["comm_wait"] += t1 - t0
         run.phases["update"] += time.perf_counter() - t1
         if (update + 1) % per_epoch == 0:
             epoch = update // per_epoch
-            top1, loss_value = (_evaluate_here(model, data) if spec.compute == "real"
+            top1, loss_value = (_evaluate_here(model, data, run.device) if spec.compute == "real"
                                 else (float("nan"), float("nan")))
             run.writer.eval(epoch=epoch, wall=time.perf_counter() - run.wall_start, top1=top1, loss=loss_value,
                             samples_seen=(update + 1) * spec.batch_size)
@@ -90,37 +111,39 @@ def _serve(run: _Shared, data: Dataset, model: nn.Module, workers: int, steps_pe
 def _work(run: _Shared, data: Dataset, model: nn.Module, clock: AlignedClock, delays: DelayInjector,
           sampler: GlobalBatchSampler) -> tuple[int, float]:
     """Ranks 1..P-1: pull, compute, push, never waiting for each other. Returns (steps, train seconds)."""
-    spec, comm, params, flat = run.spec, run.comm, run.params, run.flat
+    spec, comm, params = run.spec, run.comm, run.params
     rank = comm.Get_rank()
-    grad_flat = torch.zeros(flat.numel(), dtype=torch.float32)
+    grad_device = torch.zeros_like(run.flat)
+    grad = HostMirror(Device(run.device), grad_device)
+    mark = StepClock(run.device)
     train_seconds = 0.0
     step = 0
     for epoch in range(spec.epochs):
         epoch_start = time.perf_counter()
         for idx in sampler.epoch(epoch):
             t_start = clock.now()
-            t0 = time.perf_counter()
-            x, y = data.x_train[idx], data.y_train[idx]
-            t1 = time.perf_counter()
+            t0 = mark()
+            x, y = data.x_train[idx].to(run.device), data.y_train[idx].to(run.device)
+            t1 = mark()
             for p in params:
                 p.grad = None
             loss = objective.loss(model(x), y)
-            t2 = time.perf_counter()
+            t2 = mark()
             d = delays.seconds(step, rank - 1)   # worker index: rank 1 is worker 0
             if d:
                 time.sleep(d)
-            t2d = time.perf_counter()
+            t2d = mark()
             loss.backward()
-            t3 = time.perf_counter()
+            t3 = mark()
             offset = 0
             for p in params:
-                grad_flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+                grad_device[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
                 offset += p.numel()
-            comm.Send(grad_flat.numpy(), dest=SERVER, tag=GRAD_TAG)
-            comm.Recv(flat.numpy(), source=SERVER, tag=PARAMS_TAG)
-            t4 = time.perf_counter()
-            vector_to_parameters(flat, params)
-            t5 = time.perf_counter()
+            comm.Send(grad.to_host(), dest=SERVER, tag=GRAD_TAG)
+            comm.Recv(run.weights.host.numpy(), source=SERVER, tag=PARAMS_TAG)
+            t4 = mark()
+            run.load_weights()
+            t5 = mark()
             record_step(run.writer, run.phases, step, epoch, len(idx), t_start, loss.item(),
                         (t0, t1, t2, t2d, t3, t4, t5))
             step += 1
@@ -129,7 +152,8 @@ def _work(run: _Shared, data: Dataset, model: nn.Module, clock: AlignedClock, de
 
 
 def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
-                   data: Dataset, model: nn.Module, delays: DelayInjector):
+                   data: Dataset, model: nn.Module, delays: DelayInjector, device: torch.device | None = None):
+    device = device or torch.device("cpu")
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 2:
         raise ValueError("algorithm=async_ps needs at least 2 ranks: one server and one worker")
@@ -138,25 +162,28 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
     # draw that picked it (1 in P with one straggler) would leave that step without one
     delays = dataclasses.replace(delays, world_size=workers)
     params = [p for p in model.parameters() if p.requires_grad]
-    flat = parameters_to_vector(params).detach().contiguous()
-    comm.Bcast(flat.numpy(), root=SERVER)
-    vector_to_parameters(flat, params)
+    flat = parameters_to_vector(params).detach().clone().contiguous()
+    run = _Shared(spec, comm, writer, params, flat, HostMirror(Device(device), flat), device,
+                  dict.fromkeys(STEP_PHASES, 0.0), 0.0)
+    comm.Bcast(run.store_weights(), root=SERVER)
+    run.load_weights()
     sampler = GlobalBatchSampler(len(data.x_train), spec.batch_size, max(rank - 1, 0), workers, spec.seed,
                                  spec.steps_per_epoch)
     steps_per_epoch = sampler.steps_per_epoch()
     top1 = loss_value = float("nan")
     comm.Barrier()
-    run = _Shared(spec, comm, writer, params, flat, dict.fromkeys(STEP_PHASES, 0.0), time.perf_counter())
+    run.wall_start = time.perf_counter()
     if rank == SERVER:
         _, train_seconds, top1, loss_value = _serve(run, data, model, workers, steps_per_epoch)
     else:
         _, train_seconds = _work(run, data, model, clock, delays, sampler)
     # every rank ends with the server's model, so final weights and accuracy are the server's
-    flat = parameters_to_vector(params).detach().contiguous()
-    comm.Bcast(flat.numpy(), root=SERVER)
-    vector_to_parameters(flat, params)
+    comm.Bcast(run.store_weights(), root=SERVER)
+    run.load_weights()
     top1, loss_value = comm.bcast((top1, loss_value), root=SERVER)
     worker_steps = comm.bcast(steps_per_epoch * spec.epochs, root=SERVER)
-    return make_outcome(spec, comm, model, steps=worker_steps, samples=worker_steps * workers * spec.batch_size,
-                        train_seconds=train_seconds, wall_start=run.wall_start, phases=run.phases, top1=top1,
-                        loss=loss_value, global_batch=workers * spec.batch_size)
+    outcome = make_outcome(spec, comm, model, steps=worker_steps, samples=worker_steps * workers * spec.batch_size,
+                           train_seconds=train_seconds, wall_start=run.wall_start, phases=run.phases, top1=top1,
+                           loss=loss_value, global_batch=workers * spec.batch_size)
+    outcome.summary["data_path_used"] = "host_staging:mpi" if device.type == "cuda" else "mpi"
+    return outcome

@@ -22,6 +22,7 @@ class SyncOptions:
     timeline: bool = False
     clock: Callable[[], float] = None  # type: ignore[assignment]
     device: str = "cpu"
+    data_path: str = "mpi"       # how the gradients travel (workloads/comm/data_path.py), already resolved
     seed: int = 0
     sync_every: int = 10
     total_steps: int = 0
@@ -46,7 +47,8 @@ class GradientSync(ABC):
         self.optimizer: torch.optim.Optimizer | None = None
 
     def broadcast_parameters(self, root: int = 0) -> None:
-        """Start every rank from root's weights, whatever each rank's RNG did."""
+        """Start every rank from root's weights, whatever each rank's RNG did (over MPI through
+        the host: once per run, whatever the device)."""
         with torch.no_grad():
             for p in self.model.state_dict().values():
                 buf = p.detach().cpu().contiguous()
@@ -76,6 +78,11 @@ class GradientSync(ABC):
     def drain_events(self) -> list[dict[str, Any]]:
         """Timeline events recorded by the engine since the last call."""
         return []
+
+    @property
+    def data_path_label(self) -> str:
+        """The path the run's gradients took, as the run records it (``runs.data_path_used``)."""
+        return self.options.data_path
 
     def run_metrics(self) -> dict[str, Any]:
         """What the engine decided during the run (e.g. the autotuned cycle time), for the

@@ -8,8 +8,6 @@ parameter order), so ``synchronize`` has nothing left to wait for on CPU.
 
 from __future__ import annotations
 
-import datetime
-import socket
 import warnings
 
 import torch
@@ -18,29 +16,16 @@ from mpi4py import MPI
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..comm.data_path import init_process_group
 from .base import GradientSync, SyncOptions
-
-
-def _rendezvous(comm: MPI.Comm) -> str:
-    hosts = comm.allgather(socket.gethostname())
-    if comm.Get_rank() == 0:
-        addr = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostbyname(socket.gethostname())
-        with socket.socket() as s:
-            s.bind(("" if addr != "127.0.0.1" else addr, 0))
-            port = s.getsockname()[1]
-        url = f"tcp://{addr}:{port}"
-    else:
-        url = None
-    return comm.bcast(url, root=0)
 
 
 class TorchDDP(GradientSync):
     def __init__(self, model: nn.Module, comm: MPI.Comm, options: SyncOptions) -> None:
         super().__init__(model, comm, options)
         cuda = options.device == "cuda"
-        backend = "nccl" if cuda else "gloo"
-        dist.init_process_group(backend, init_method=_rendezvous(comm), rank=comm.Get_rank(),
-                                world_size=comm.Get_size(), timeout=datetime.timedelta(minutes=5))
+        self.backend = "nccl" if cuda else "gloo"
+        init_process_group(comm, self.backend)
         bucket_mb = options.fusion_threshold_mb if options.fusion_threshold_mb > 0 else 1e-6
         device_ids = [torch.cuda.current_device()] if cuda else None
         with warnings.catch_warnings():  # broadcast_buffers=False: buffers stay rank-local, as in `sync`
@@ -48,12 +33,16 @@ class TorchDDP(GradientSync):
             self.module = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=bucket_mb,
                                                   broadcast_buffers=False)
 
+    @property
+    def data_path_label(self) -> str:
+        return f"torch_distributed:{self.backend}"
+
     def broadcast_parameters(self, root: int = 0) -> None:
         """DDP broadcast rank 0's state when it wrapped the model."""
 
     def synchronize(self) -> None:
-        if self.options.device == "cuda":
-            torch.cuda.synchronize()
+        """DDP's reductions ran inside ``backward()``, their results queued on the rank's stream
+        (the step's marks wait for it, ``device.StepClock``)."""
 
     def close(self) -> None:
         if dist.is_initialized():

@@ -57,9 +57,16 @@ class HorovodReference(GradientSync):
             os.environ.pop("HOROVOD_AUTOTUNE", None)
             _set_env("HOROVOD_AUTOTUNE_LOG", _USER_AUTOTUNE_LOG)
         self.hvd = import_horovod()
+        if options.device == "cuda" and not self.hvd.nccl_built():
+            raise RuntimeError("algorithm=horovod on device=cuda needs Horovod built with NCCL "
+                               "(HOROVOD_GPU_OPERATIONS=NCCL); this one moves CUDA tensors no other way we support")
         self.hvd.init()
         if self.hvd.size() != comm.Get_size():
             raise RuntimeError(f"Horovod sees {self.hvd.size()} ranks, MPI {comm.Get_size()}")
+
+    @property
+    def data_path_label(self) -> str:
+        return "horovod:nccl" if self.options.device == "cuda" else "horovod:mpi"
 
     def broadcast_parameters(self, root: int = 0) -> None:
         self.hvd.broadcast_parameters(self.model.state_dict(), root_rank=root)

@@ -7,7 +7,10 @@ optimizer waits only for what is still in flight.
 
 Gradients live as views in one flat buffer laid out in the order backprop finishes
 them (learned in the first step and checked to be the same on every rank, as DDP
-rebuilds its buckets), so a fused group is one slice reduced in place.
+rebuilds its buckets), so a fused group is one slice reduced in place. The buffer lives
+on the parameters' device and a fused group travels the run's data path (host MPI,
+NCCL, CUDA-aware MPI or pinned host staging): one engine for CPUs and GPUs, as DDP keeps
+one reducer.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 
 from ..comm import BackgroundAllreduce
 from ..comm.cycle_tuner import CycleTimeTuner
+from ..comm.data_path import open_data_path
 from .base import GradientSync, SyncOptions
 
 
@@ -32,6 +36,8 @@ class OverlappedFusedAllreduce(GradientSync):
         self._named = named
         self._index: dict[int, int] = {}
         self._seen: list[int] | None = []  # slot order observed in the first backward
+        device = named[0][1].device if named else torch.device("cpu")
+        self.data_path = open_data_path(options.data_path, comm.Dup(), device)
         self.engine = BackgroundAllreduce(
             names=[n for n, _ in named],
             nbytes=[p.numel() * p.element_size() for _, p in named],
@@ -41,6 +47,7 @@ class OverlappedFusedAllreduce(GradientSync):
             clock=options.clock or time.time,
             timeline=options.timeline,
             progress="thread" if options.engine_thread else "hooks",
+            data_path=self.data_path,
         )
         self._layout(list(range(len(named))))
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for _, p in named]
@@ -55,8 +62,8 @@ class OverlappedFusedAllreduce(GradientSync):
         self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
         params = [p for _, p in self._named]
         flat = offsets = None
-        if all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params):
-            flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+        if params and all(p.dtype == torch.float32 and p.device == params[0].device for p in params):
+            flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
             offsets, offset = [], 0
             for p in params:
                 offsets.append(offset)
@@ -112,7 +119,13 @@ class OverlappedFusedAllreduce(GradientSync):
         events, self.engine.events = self.engine.events, []
         return events
 
+    @property
+    def data_path_label(self) -> str:
+        return self.data_path.label
+
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
         self.engine.close()
+        self.data_path.close()
+        self.data_path.comm.Free()

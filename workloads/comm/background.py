@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from .data_path import DataPath, Device, HostMPI, Transfer
 from .fused_allreduce import FusedAllreduce
 from .fusion import plan_fusion
 
@@ -91,25 +92,33 @@ class BackgroundAllreduce:
     If the slots' tensors are consecutive views of one float32 buffer ``flat`` (in
     slot order; ``offsets`` gives each slot's first element), a fused group of
     adjacent slots is reduced in place as one slice of it: no packing copies.
+
+    The reductions' bytes travel through ``data_path`` (``comm.data_path``: host MPI, NCCL,
+    CUDA-aware MPI or pinned host staging), on whatever device the tensors live; the
+    negotiation always goes over MPI on the host.
     """
 
     def __init__(self, names: Sequence[str], nbytes: Sequence[int], comm: MPI.Comm,
                  fusion_threshold_bytes: int, cycle_time_s: float,
                  clock: Callable[[], float] = time.time, timeline: bool = False,
                  flat: torch.Tensor | None = None, offsets: Sequence[int] | None = None,
-                 poll_seconds: float | None = _POLL_SECONDS, progress: str = "thread") -> None:
+                 poll_seconds: float | None = _POLL_SECONDS, progress: str = "thread",
+                 data_path: DataPath | None = None) -> None:
         if progress not in PROGRESS_MODES:
             raise ValueError(f"progress={progress!r}: expected one of {', '.join(PROGRESS_MODES)}")
         self.progress = progress
         if progress == "thread":
             require_thread_multiple("the fused allreduce engine")
         self.comm = comm.Dup()
+        # the path's own communicator: its collectives never interleave with the negotiation's
+        self.data_path = data_path if data_path is not None else HostMPI(self.comm.Dup(), Device(torch.device("cpu")))
+        self._owns_path = data_path is None
         self.threshold = int(fusion_threshold_bytes)
         self.cycle_time = float(cycle_time_s)
         self.clock = clock
         self.timeline = timeline
         self.events: list[dict[str, Any]] = []
-        self._allreduce = FusedAllreduce(self.comm, average=True, poll_seconds=poll_seconds)
+        self._allreduce = FusedAllreduce(self.comm, average=True, poll_seconds=poll_seconds, data_path=self.data_path)
         self.set_slots(names, nbytes, flat, offsets)
         self._cv = threading.Condition()
         self._pending = False
@@ -196,15 +205,16 @@ class BackgroundAllreduce:
             raise RuntimeError(f"background allreduce failed: {self._error}") from self._error
 
     def close(self) -> None:
-        if self._thread is None:
-            self.comm.Free()
-            return
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self.comm.Free()
+        if self._thread is not None:
+            with self._cv:
+                self._stop = True
+                self._cv.notify()
+            self._thread.join(timeout=10)
+            if self._thread.is_alive():
+                return
+        self.comm.Free()
+        if self._owns_path:
+            self.data_path.comm.Free()
 
     # -- the background thread --------------------------------------------------------
 
@@ -308,22 +318,20 @@ class BackgroundAllreduce:
             target = self._flat[start:self._offsets[group[-1]] + self.nbytes[group[-1]] // 4]
         elif len(group) == 1:
             t = st.tensors[group[0]]
-            if t.is_contiguous() and t.dtype == torch.float32 and t.device.type == "cpu":
+            if t.is_contiguous() and t.dtype == torch.float32:
                 target = t
         if target is None:
             moved = self._allreduce([st.tensors[i] for i in group], blocking)
             return _Reduction(None, None, group, t0, moved)
-        request = self.comm.Iallreduce(MPI.IN_PLACE, target.numpy(), op=MPI.SUM) if self.comm.Get_size() > 1 \
-            else MPI.REQUEST_NULL
-        return _Reduction(request, target, group, t0, target.numel() * 4)
+        return _Reduction(self.data_path.start(target), target, group, t0, target.numel() * 4)
 
     def _finish(self, st: _Step, reduction: "_Reduction", wait: bool) -> bool:
         """Complete ``reduction`` if it is done (or wait for it): average, mark, record.
         Returns whether it is complete."""
         if reduction.request is not None:
             if wait:
-                reduction.request.Wait()
-            elif not reduction.request.Test():
+                reduction.request.wait()
+            elif not reduction.request.test():
                 return False
             reduction.target.mul_(1.0 / self.comm.Get_size())
             reduction.request = None
@@ -350,8 +358,8 @@ class _Negotiation:
 
 @dataclass
 class _Reduction:
-    """A fused allreduce started by the engine; ``request`` None once complete."""
-    request: MPI.Request | None
+    """A fused allreduce started by the engine; ``request`` (its transfer) None once complete."""
+    request: Transfer | None
     target: torch.Tensor | None
     group: list[int] | None
     t0: float

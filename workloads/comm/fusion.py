@@ -36,18 +36,19 @@ def plan_fusion(ready: Sequence[int], nbytes: Sequence[int], threshold_bytes: in
 
 
 class FusionBuffer:
-    """A reusable contiguous float32 buffer that packs and unpacks gradient tensors."""
+    """A reusable contiguous float32 buffer that packs and unpacks gradient tensors, on the
+    device of the tensors it packs."""
 
     def __init__(self, capacity: int = 0) -> None:
         self._flat = torch.empty(capacity, dtype=torch.float32)
 
-    def _reserve(self, numel: int) -> torch.Tensor:
-        if self._flat.numel() < numel:
-            self._flat = torch.empty(numel, dtype=torch.float32)
+    def _reserve(self, numel: int, device: torch.device) -> torch.Tensor:
+        if self._flat.numel() < numel or self._flat.device != device:
+            self._flat = torch.empty(max(numel, self._flat.numel()), dtype=torch.float32, device=device)
         return self._flat[:numel]
 
     def pack(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-        flat = self._reserve(sum(t.numel() for t in tensors))
+        flat = self._reserve(sum(t.numel() for t in tensors), tensors[0].device)
         offset = 0
         for t in tensors:
             n = t.numel()
