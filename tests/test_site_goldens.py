@@ -36,18 +36,24 @@ def _shape(site, nodes: int) -> tuple[int, int]:
             128: (2, site.cores_per_node * site.threads_per_core)}[nodes]
 
 
-def render(site_name: str, nodes: int) -> str:
+GPU_SITES = ("polaris", "perlmutter_gpu")
+
+
+def render(site_name: str, nodes: int, device: str = "cpu") -> str:
+    """The batch job and one run's launch line; a GPU run has one rank per GPU, one thread each."""
     site = load_site(site_name)
-    workers, threads = _shape(site, nodes)
+    workers, threads = _shape(site, nodes) if device == "cpu" else (site.accelerators_per_node,
+                                                                  site.accelerators_per_node)
     [job] = plan_batch_jobs(site, [nodes])
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         script, submit = preview_batch_script(site, job, Path(tmp))
         text = f"# submit: {submit}\n{script.rstrip()}\n"
     text = re.sub(r"/tmp/tmp[A-Za-z0-9_]+/", "<script_dir>/", text)
-    options = " ".join(x for x in (site.launcher_options, launch_flags(site, threads // workers, workers)) if x)
+    options = " ".join(x for x in (site.launcher_options, launch_flags(site, threads // workers, workers, device))
+                       if x)
     prefix = preview_launch_prefix(site, nodes, workers, options)
     charged, hours = node_hours(site, job)
-    text += (f"# run: nodes={nodes} workers_per_node={workers} threads_per_node={threads}\n"
+    text += (f"# run: nodes={nodes} workers_per_node={workers} threads_per_node={threads} device={device}\n"
              f"# launch: {prefix} <program>\n"
              f"# queue: {job.queue}; charged at most {charged} nodes x {site.walltime} "
              f"= {hours:.2f} node-hours\n")
@@ -55,11 +61,11 @@ def render(site_name: str, nodes: int) -> str:
     return text.replace(str(Path(sys.executable).parent), "<env>/bin")
 
 
-@pytest.mark.parametrize("site_name", SITES)
+@pytest.mark.parametrize("site_name, device", [*((s, "cpu") for s in SITES), *((s, "cuda") for s in GPU_SITES)])
 @pytest.mark.parametrize("nodes", [1, 2, 128])
-def test_batch_job_matches_golden(site_name, nodes):
-    got = render(site_name, nodes)
-    path = GOLDEN / f"{site_name}-{nodes}n.txt"
+def test_batch_job_matches_golden(site_name, nodes, device):
+    got = render(site_name, nodes, device)
+    path = GOLDEN / f"{site_name}{'-gpu' if device == 'cuda' and site_name in SITES else ''}-{nodes}n.txt"
     if os.environ.get("SCALESTUDY_UPDATE_GOLDEN"):
         path.write_text(got)
     assert path.is_file(), f"no golden {path}: SCALESTUDY_UPDATE_GOLDEN=1 writes it (review it)"
@@ -97,3 +103,16 @@ def test_binding_fits_a_node(site_name, nodes):
     else:                                 # Polaris: --depth hardware threads per rank
         depth = _flag(words, "--depth")
         assert workers * depth <= hw and depth == threads // workers
+
+
+@pytest.mark.parametrize("site_name", GPU_SITES)
+def test_gpu_binding_gives_each_rank_its_gpus_numa_share(site_name):
+    """A GPU run's ranks own equal shares of the node's cores, whatever threads they run: the
+    facilities' GPU examples (ALCF: --depth=8 for 4 ranks; NERSC: -c floor(64/4) x 2 = 32)."""
+    site = load_site(site_name)
+    words = launch_flags(site, 1, 4, "cuda").split()
+    if site.mpi_launcher == "srun":
+        assert _flag(words, "--cpus-per-task") == 32 and "--gpus-per-node=4" in words and "--gpu-bind=none" in words
+        assert not any(w.startswith("--gpus-per-task") for w in words)
+    else:
+        assert _flag(words, "--depth") == 8 and not any("gpu" in w for w in words)

@@ -45,11 +45,15 @@ def single_process(tmp_path_factory):
     return _train(tmp, "one", 1, workers_per_node=1, threads_per_node=1, batch_size=64, **COMMON)[0]
 
 
-@pytest.mark.parametrize("algorithm, fusion_mb", [("sync", 64), ("sync", 0.05), ("sync", 0), ("ddp", 64),
-                                                 pytest.param("horovod", 64, marks=NEEDS_HOROVOD)])
-def test_four_ranks_match_one_process_with_the_global_batch(tmp_path, single_process, algorithm, fusion_mb):
+@pytest.mark.parametrize("algorithm, fusion_mb, data_path", [
+    ("sync", 64, "auto"), ("sync", 0.05, "auto"), ("sync", 0, "auto"), ("ddp", 64, "auto"),
+    # the engine's GPU path (torch.distributed: NCCL on GPUs) on CPU ranks, through gloo
+    ("sync", 0.05, "torch_distributed"),
+    pytest.param("horovod", 64, "auto", marks=NEEDS_HOROVOD)])
+def test_four_ranks_match_one_process_with_the_global_batch(tmp_path, single_process, algorithm, fusion_mb,
+                                                            data_path):
     four = _train(tmp_path, "four", 4, workers_per_node=4, threads_per_node=4, batch_size=16,
-                  algorithm=algorithm, fusion_threshold_mb=fusion_mb, **COMMON)
+                  algorithm=algorithm, fusion_threshold_mb=fusion_mb, data_path=data_path, **COMMON)
     # all ranks hold identical weights after training
     assert four.shape[0] == 4
     for r in range(1, 4):

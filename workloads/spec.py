@@ -84,7 +84,7 @@ class RunSpec:
                                     "false: on the training thread, between gradient hooks")
     timeline: bool = axis(False, builtin_only=True,
                           help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
-    device: str = axis("cpu", config_default="auto",
+    device: str = axis("cpu", config_default="auto", summary=True,
                        help="cpu, or cuda: one rank per GPU (auto: cuda where the site declares GPUs, "
                             "accelerators_per_node, else cpu)")
     data_path: str = axis("auto", label="data path", hashed_when_default=False, builtin_only=True,

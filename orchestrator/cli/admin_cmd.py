@@ -31,7 +31,8 @@ def sites(argv: Sequence[str]) -> int:
         return 1 if any(f.level == "error" for f in found) else 0
     for name in known_sites():
         site = load_site(name)
-        print(f"{name:14s} {site.provider:8s} {site.mpi_launcher:8s} mpi:{site.mpi:7s} {site.description}")
+        gpus = f"gpus:{site.accelerators_per_node}" if site.accelerators_per_node else "cpu"
+        print(f"{name:14s} {site.provider:8s} {site.mpi_launcher:8s} mpi:{site.mpi:7s} {gpus:7s} {site.description}")
     return 0
 
 

@@ -128,7 +128,7 @@ def _device(c: dict[str, Any], site: SiteConfig, algorithm: str, workers: int, w
                           "site (polaris, perlmutter_gpu, local_gpu, or your own) or device=cpu")
     if device == "cuda" and workers > site.accelerators_per_node:
         raise ConfigError("workers_per_node", workers, f"device=cuda runs one rank per GPU: workers_per_node={workers} "
-                          f"is more than the {site.accelerators_per_node} GPUs of a site {site.name} node "
+                          f"is more than a site {site.name} node's {site.accelerators_per_node} GPU(s) "
                           f"(accelerators_per_node: {site.accelerators_per_node})")
     requested = _choice("data_path", c.get("data_path", FIELD["data_path"].default), DATA_PATHS)
     if workload_kind != "builtin" and requested != "auto":

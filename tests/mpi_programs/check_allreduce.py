@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from workloads.comm import BackgroundAllreduce, FusedAllreduce
 from workloads.comm.background import PROGRESS_MODES
+from workloads.comm.data_path import Device, HostMirror, open_data_path
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -85,6 +86,47 @@ for progress in PROGRESS_MODES:
         if comm.allgather(signature) != [signature] * size:
             failures.append(f"{what}: ranks disagree on the fused collectives")
         engine.close()
+
+# 4. the engine's device seam, run on CPU tensors: the same engine through each data path a
+#    GPU run takes (torch.distributed: gloo here, NCCL on GPUs; pinned host staging: a second
+#    host buffer here, copies made as on a GPU) equals MPI.Allreduce / size
+for path_name in ("torch_distributed", "host_staging", "cuda_aware_mpi"):
+    path = open_data_path(path_name, comm.Dup(), torch.device("cpu"))
+    for threshold in (0, 64 << 20):
+        what = f"BackgroundAllreduce(data_path={path_name}, threshold={threshold})"
+        nbytes = [int(np.prod(s)) * 4 for s in shapes]
+        engine = BackgroundAllreduce(names, nbytes, comm, fusion_threshold_bytes=threshold, cycle_time_s=0.002,
+                                     data_path=path)
+        for step in range(2):
+            tensors = local_tensors(30 + step)
+            expected = reference_sum(tensors) / size
+            engine.begin_step(step)
+            for i in random.Random(step + rank).sample(range(len(shapes)), len(shapes)):
+                engine.ready(i, tensors[i])
+            engine.wait()
+            if not np.allclose(flat(tensors), expected, rtol=1e-6, atol=1e-6):
+                failures.append(f"{what} step {step} differs from MPI.Allreduce/size")
+        engine.close()
+    # a fused pack through the path (tensors not adjacent in one buffer)
+    tensors = local_tensors(40)
+    expected = reference_sum(tensors)
+    FusedAllreduce(comm, average=False, data_path=path)(tensors, blocking=True)
+    if not np.allclose(flat(tensors), expected, rtol=1e-6, atol=1e-6):
+        failures.append(f"FusedAllreduce(data_path={path_name}) differs from MPI.Allreduce")
+    path.close()
+    path.comm.Free()
+
+# 5. the host mirror of eager-SGD and the parameter server: a separate buffer (as pinned memory
+#    on a GPU) carries the values both ways and counts its copies
+device_tensor = torch.arange(6, dtype=torch.float32) + rank
+mirror = HostMirror(Device(torch.device("cpu")), device_tensor, separate=True)
+host = mirror.to_host()
+if host.ctypes.data == device_tensor.numpy().ctypes.data or not np.array_equal(host, device_tensor.numpy()):
+    failures.append("HostMirror(separate) did not copy the tensor to a buffer of its own")
+comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+mirror.to_device()
+if not np.array_equal(device_tensor.numpy(), np.arange(6) * size + sum(range(size))) or mirror.copies != 2:
+    failures.append(f"HostMirror round trip: {device_tensor.tolist()}, {mirror.copies} copies")
 
 all_failures = comm.gather(failures, root=0)
 if rank == 0:

@@ -203,7 +203,7 @@ class HostStaging(DataPath):
             return _Done()
         # one pinned buffer per transfer in flight: a slice of a growing pool would be
         # reallocated under an earlier transfer, so each gets its own (pinned memory is cached)
-        host = self.device.host_buffer(tensor.numel(), tensor.dtype)
+        host = self.device.host_buffer(tensor.numel(), tensor.dtype).view_as(tensor)
         return _Staged(self, tensor, host)
 
 
@@ -283,7 +283,7 @@ class HostMirror:
     def __init__(self, device: Device, tensor: torch.Tensor, separate: bool | None = None) -> None:
         self.device, self.tensor = device, tensor
         separate = device.cuda if separate is None else separate
-        self.host = device.host_buffer(tensor.numel(), tensor.dtype) if separate else tensor
+        self.host = device.host_buffer(tensor.numel(), tensor.dtype).view_as(tensor) if separate else tensor
         self.copies = 0   # device <-> host copies made (what the CPU tests check)
 
     def to_host(self):
