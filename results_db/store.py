@@ -8,6 +8,7 @@ SQLAlchemy URL (e.g. ``postgresql+psycopg://…``) selects another server.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -16,12 +17,33 @@ from sqlalchemy.engine import make_url
 
 DB_URL_ENV = "SCALESTUDY_DB_URL"
 DEFAULT_DB_FILE = "scalestudy.db"
+_held: list[str] = []
+
+
+@contextmanager
+def db_url_held():
+    """While it lasts, the database URL (``$SCALESTUDY_DB_URL``) is in this process's memory and
+    not in its environment. A sweep driver runs inside it: everything it starts (MPI launchers,
+    ranks, ``sbatch``, which exports the submitting environment into the batch job, Parsl's
+    interchange) inherits the environment, and the URL may hold a password; only the driver
+    writes to the database. The environment is as it was afterwards."""
+    url = os.environ.pop(DB_URL_ENV, None)
+    _held[:] = [url] if url else []
+    try:
+        yield
+    finally:
+        _held.clear()
+        if url is not None:
+            os.environ[DB_URL_ENV] = url
 
 
 def resolve_db_url(url: str | None = None) -> str:
-    """Explicit URL, else $SCALESTUDY_DB_URL, else ``scalestudy.db`` in the working directory."""
+    """Explicit URL, else the one held (``db_url_held``), else $SCALESTUDY_DB_URL, else
+    ``scalestudy.db`` in the working directory."""
     if url:
         return str(url)
+    if _held:
+        return _held[0]
     if os.environ.get(DB_URL_ENV):
         return os.environ[DB_URL_ENV]
     return f"sqlite:///{Path.cwd() / DEFAULT_DB_FILE}"

@@ -56,7 +56,7 @@ DATASETS = {
     "sequences": ("sequence", False),
 }
 ENTRY_POINT_GROUPS = {"model": "scalestudy.models", "dataset": "scalestudy.datasets"}
-IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 # what a factory may ask for, by parameter name
 FACTORY_ARGUMENTS = {"model": ("input_shape", "num_classes", "params", "seed"),
                      "dataset": ("params", "seed", "path")}

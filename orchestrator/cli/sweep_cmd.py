@@ -24,10 +24,13 @@ def sweep(argv: Sequence[str]) -> int:
     # (batch jobs set the same umask in their set-up; README, "Files and permissions").
     os.umask(0o077)
     # A database URL may hold a password: keep it out of Hydra's config, which Hydra
-    # writes into every run folder (and out of a detached driver's command line); the
-    # sweep reads it from the environment instead.
+    # writes into every run folder (and out of a detached driver's command line): a detached
+    # driver gets it in its environment; this process holds it in memory, out of the
+    # environment that its MPI jobs, batch jobs and Parsl's processes inherit.
+    from results_db.store import DB_URL_ENV, db_url_held
+
     for arg in [a for a in args if a.startswith("db_url=")]:
-        os.environ["SCALESTUDY_DB_URL"] = arg.split("=", 1)[1].strip("'\"")
+        os.environ[DB_URL_ENV] = arg.split("=", 1)[1].strip("'\"")
         args.remove(arg)
     if "--detach" in args:
         return detach([a for a in args if a != "--detach"])
@@ -40,7 +43,8 @@ def sweep(argv: Sequence[str]) -> int:
     if not hydra_flags.intersection(args):
         args = ["--multirun", *args]
     sys.argv = ["scalestudy", *args]
-    code = _run_hydra(full_errors)
+    with db_url_held():
+        code = _run_hydra(full_errors)
     return code if code is not None else _exit_status()
 
 

@@ -65,6 +65,26 @@ def check_system_mpi(site: SiteConfig) -> None:
                           "machine's library with libmpi: in the site file")
 
 
+def check_wheel_mpi(site: SiteConfig, timeout: float = 60) -> None:
+    """On the login node, before anything is submitted: an ``mpi: wheel`` site needs an MPI that
+    mpi4py loads in this environment. Installed without the ``mpich`` extra (a new user's first
+    try), every run would fail with "libmpi.so: cannot open shared object file"; the sweep
+    stops here instead, in one line. Free where the wheel's library is there (the usual case);
+    otherwise the probe asks this environment which MPI mpi4py loads (a fraction of a second)."""
+    if site.mpi != "wheel" or (wheel_libmpi() is not None and not os.environ.get("MPI4PY_LIBMPI")):
+        return
+    env = {**os.environ, **dict(site.env)}
+    proc = subprocess.run([sys.executable, str(PROBE), site.mpi_launcher, env_bin_dir()], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    found = json.loads(line) if line else {"mpi4py_error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    if "mpi4py_error" in found:
+        raise ConfigError("site.mpi", "wheel", f"mpi4py cannot load an MPI library in this environment "
+                          f"({found['mpi4py_error']}): install the mpich wheel (`pip install mpich`, or scalestudy's "
+                          "[mpich] extra), point MPI4PY_LIBMPI at your MPI's libmpi.so.12, or on a machine with its "
+                          "own MPI use a site with mpi: system")
+
+
 def resolve_launcher(name: str, env: dict[str, str]) -> str:
     """The machine's launcher for an ``mpi: system`` run: found on ``PATH`` without this
     environment's ``bin``, so that a venv's ``mpiexec`` can never stand in for PALS's."""

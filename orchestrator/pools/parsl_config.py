@@ -88,7 +88,10 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob]
     executors = [
         MPIExecutor(label=executor_label(site, job.nodes), provider=make_provider(site, job, init),
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
-                    address="127.0.0.1" if site.name.startswith("local") else None,
+                    # the interchange listens where the worker pools can reach it: on loopback where
+                    # every node is this host (shared_host: local_slurm's virtual nodes), else on
+                    # the address Parsl finds for this host; decided by the hosts, not the file's name
+                    address="127.0.0.1" if site.shared_host else None,
                     heartbeat_period=15, heartbeat_threshold=120,
                     # Parsl's worker pool with its MPI backlog fixed (orchestrator/pools/worker_pool.py)
                     launch_cmd=worker_pool_launch_cmd(),
@@ -104,7 +107,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob]
     return Config(executors=executors, run_dir=str(run_dir / "runinfo"), strategy_period=1)
 
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 def cancel_batch_jobs(site: SiteConfig, job_ids: Iterable[str]) -> list[str]:

@@ -13,15 +13,15 @@ from typing import Any
 
 from ..errors import ConfigError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
-WALLTIME_RE = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}\Z")
+WALLTIME_RE = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)\Z")
 # one shell word: plain characters, or $VAR / ${VAR} references; no quotes, no globs
-WORD_RE = re.compile(r"^(?:[A-Za-z0-9_./:=@%+,~-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+$")
-FLAG_RE = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.:=,/@+-]*$")
-DIRECTIVE_WORD_RE = re.compile(r"^[A-Za-z0-9_./:=@%+,-]+$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-MODULE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+/-]{0,127}$")
-PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,1023}$")
+WORD_RE = re.compile(r"^(?:[A-Za-z0-9_./:=@%+,~-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})+\Z")
+FLAG_RE = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.:=,/@+-]*\Z")
+DIRECTIVE_WORD_RE = re.compile(r"^[A-Za-z0-9_./:=@%+,-]+\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+MODULE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+/-]{0,127}\Z")
+PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]{1,1023}\Z")
 
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from workloads.spec import RunSpec
 
 from ..errors import ConfigError
-from ..mpi.env import check_system_mpi
+from ..mpi.env import check_system_mpi, check_wheel_mpi
 from ..site.allocation import BatchJob, check_runs_fit
 from ..site.checks import walltime_seconds
 from ..site.config import SiteConfig, load_site, with_overrides
@@ -144,6 +144,7 @@ def admit(config: DictConfig, jobs: Sequence[SweepJob], console: Console) -> Adm
     admitted.batch_jobs = plan_batch_jobs(site, [s.nodes for s in admitted.launching()])
     try:
         check_system_mpi(site)
+        check_wheel_mpi(site)
     except ConfigError as exc:
         if not OmegaConf.select(config, "dry_run"):
             raise

@@ -31,7 +31,7 @@ from ..site.config import SiteConfig, load_site
 from .schema import check_known_keys
 
 WORKLOAD_KINDS = ("builtin", "command")
-PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 METRIC_NAME_RE = PARAM_NAME_RE
 # result columns a command's metrics may fill; any other name is stored under ``metrics``
 HEADLINE_METRICS = ("throughput",)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sys
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?\Z")
 
 
 def expand(partname: str) -> list[str]:
