@@ -161,6 +161,7 @@ class _RunTotals:
     def __init__(self) -> None:
         self.hosts: list[str] = []
         self.host_cpus: dict[str, set[int]] = {}   # hostname -> the union of its ranks' affinities
+        self.host_ranks: dict[str, int] = {}       # hostname -> ranks that ran there
         self.unrecorded: set[str] = set()          # hostnames with a rank that recorded none
         self.versions: dict[str, Any] | None = None
         self.truncated: list[str] = []
@@ -177,6 +178,7 @@ class _RunTotals:
             self.hosts.append(host)
         self.versions = self.versions or start.get("versions")
         machine = str(start.get("host", "?"))
+        self.host_ranks[machine] = self.host_ranks.get(machine, 0) + 1
         if isinstance(start.get("cpus"), list) and machine not in self.unrecorded:
             self.host_cpus.setdefault(machine, set()).update(start["cpus"])
         else:   # a rank that did not say: its host's union would be too small
@@ -203,6 +205,14 @@ class _RunTotals:
         fewest any host's ranks could use: the most crowded host where hosts hold equal
         numbers of ranks (workers_per_node), as the model assumes."""
         return min((len(c) for c in self.host_cpus.values()), default=None)
+
+    def host_load(self, threads_per_rank: int) -> float | None:
+        """Threads per CPU on the most crowded host: its ranks x their threads over the CPUs they
+        could run on (by hostname: virtual nodes of one machine share it). None where a host's
+        ranks recorded no affinity: nothing is guessed."""
+        if not self.host_cpus or self.unrecorded:
+            return None
+        return max(self.host_ranks[m] * threads_per_rank / len(c) for m, c in self.host_cpus.items() if c)
 
 
 def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink,
@@ -251,6 +261,7 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     """The run's row from its summary and the ranks' totals."""
     run.hosts = ",".join(totals.hosts)
     run.host_cpus = totals.fewest_cpus
+    run.host_load = totals.host_load(max(1, (run.threads_per_node or 1) // max(1, run.workers_per_node or 1)))
     if job_id:
         run.job_id = str(job_id)
     run.versions = totals.versions

@@ -96,6 +96,9 @@ runs_table = Table(
     Column("gpus", Integer),                                  # distinct GPUs the run's ranks used
     Column("gpu_peak_memory_mb", Float),                      # the largest peak any rank allocated (MB)
     Column("gpu_utilization", Float),                         # mean NVML utilisation (%), null where NVML was absent
+    # threads per CPU on the run's most crowded host (its ranks' threads over the CPUs they could
+    # use); above 1 the ranks shared cores. Null where a host's ranks recorded no affinity
+    Column("host_load", Float),
     Column("throughput", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),

@@ -20,7 +20,7 @@ STEPS = 100
 
 def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (16, 4), (32, 2), (32, 4)),
                 algorithm: str = "sync", seed: int = 1, overhead: float = 10.0,
-                comm_wait: Callable[[int, int | None], float] | None = None) -> list[int]:
+                comm_wait: Callable[[int, int | None], float] | None = None, site: str = "local") -> list[int]:
     """Runs of ``(batch, ranks)`` or ``(batch, ranks, host_cpus)`` (the CPUs its ranks could
     run on, as a pinned run records them; else not recorded) on one node each (run folder
     ``/nowhere``), each with ``overhead`` seconds of start-up beside its steps; returns their
@@ -35,8 +35,9 @@ def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (1
     from workloads.spec import RunSpec
 
     configs = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in configs]
-    plans = [PlannedRun(f"{study}-k{i}", dataclasses.replace(RunSpec(study=study), batch_size=b, workers_per_node=p,
-                                                              threads_per_node=p, algorithm=algorithm).to_dict(),
+    plans = [PlannedRun(f"{study}-k{i}", dataclasses.replace(RunSpec(study=study, site=site), batch_size=b,
+                                                              workers_per_node=p, threads_per_node=p,
+                                                              algorithm=algorithm).to_dict(),
                         "/nowhere") for i, (b, p, _) in enumerate(configs)]
     decisions = register_runs(engine, study, plans)
     rng = np.random.default_rng(seed)

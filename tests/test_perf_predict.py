@@ -257,23 +257,27 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
         assert bad.returncode == 2 and said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
-def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
+def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(tmp_path):
+    """A fit of runs on the sweep's own site, computing for real on its device, sets the batch
+    jobs' walltime from its predicted run times."""
     from conftest import scalestudy
+    from orchestrator.site.config import load_site
+    from orchestrator.site.model_inputs import host_of, network_of
+    from orchestrator.sweep.prediction import predicted_run_seconds
+    from perf_synthetic import write_study
+    from results_db import connect
+    from results_db.model_fits import latest_model_fit
 
-    tmp, url = fitted
-    base = ["sweep", "--dry-run", "study_name=syn", "site=polaris", "account=abc", "algorithm=sync", "batch_size=16",
-            "workers_per_node=4", "threads_per_node=4", "nodes=16,32", "epochs=1", "steps_per_epoch=100000",
-            f"db_url={url}"]
+    tmp, url = tmp_path, f"sqlite:///{tmp_path / 'p.db'}"
+    write_study(connect(url), site="polaris")
+    assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp).returncode == 0
+    base = ["sweep", "--dry-run", "study_name=syn", "site=polaris", "device=cpu", "account=abc", "algorithm=sync",
+            "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16,32", "epochs=1",
+            "steps_per_epoch=100000", f"db_url={url}"]
     out = scalestudy(*base, cwd=tmp)
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     predicted = [float(m) for m in re.findall(r"predicted: ([\d.]+) min", text)]
-    from orchestrator.site.model_inputs import host_of, network_of
-    from orchestrator.sweep.prediction import predicted_run_seconds
-    from orchestrator.site.config import load_site
-    from results_db import connect
-    from results_db.model_fits import latest_model_fit
-
     fit = latest_model_fit(connect(url), "syn")
     polaris = load_site("polaris")
     expected = [predicted_run_seconds(fit, "sync", n, 4, 100000, network_of(polaris), 16, 1, host_of(polaris)) / 60
@@ -290,6 +294,71 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(fitted):
     loose = scalestudy(*[a for a in base if not a.startswith("steps_per_epoch")], cwd=tmp)
     assert loose.returncode == 0 and "walltime stays the site's" in loose.stdout + loose.stderr
     assert "-l walltime=01:00:00" in loose.stdout + loose.stderr
+
+
+@pytest.mark.parametrize("why, overrides", [
+    ("another site's runs", ["site=polaris", "device=cpu"]),          # the fit's runs ran on site local
+    ("another device", ["site=polaris"]),                              # polaris runs default to its GPUs
+])
+def test_a_fit_of_another_machine_sets_no_walltime(fitted, why, overrides):
+    """The shared fit was made of runs on site local: a Polaris sweep takes nothing from it (no
+    predicted times, no walltime), says why in a note, and keeps the site's walltime."""
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    out = scalestudy("sweep", "--dry-run", "study_name=syn", *overrides, "account=abc", "algorithm=sync",
+                     "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16", "epochs=1",
+                     "steps_per_epoch=100000", f"db_url={url}", cwd=tmp)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "was fitted on site local, compute=real, device=cpu: not this sweep's machine" in text, why
+    assert "predicted:" not in text and "-l walltime=01:00:00" in text and "walltime stays the site's 01:00:00" in text
+
+
+def test_a_prediction_for_a_site_without_real_runs_says_it_is_unvalidated(fitted):
+    """The fit's runs ran on site local: a prediction for Polaris says, in the table and its CSV,
+    that nothing of Polaris is behind it, and which network numbers are stand-ins."""
+    import pandas as pd
+
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    out = scalestudy("model", "predict", "--study", "syn", "--site", "polaris", "--nodes", "2,4", "--workers-per-node", "4", "--db", url,
+                     "--out", str(tmp / "unval"), cwd=tmp)
+    assert out.returncode == 0, out.stderr
+    assert "UNVALIDATED on site polaris: the fit has no real run there (it was fitted on site local" in out.stdout
+    assert "latency 2 us (stand-in, unsourced)" in out.stdout and "bandwidth 50 GB/s per node (sourced)" in out.stdout
+    [csv] = list((tmp / "unval").glob("*.csv"))
+    table = pd.read_csv(csv)
+    assert set(table["validated_on_site"]) == {False} and set(table["site"]) == {"polaris"}
+    # on its own site the same fit is validated
+    own = scalestudy("model", "predict", "--study", "syn", "--site", "local", "--nodes", "2,4", "--workers-per-node", "4", "--db", url,
+                     "--out", str(tmp / "own"), cwd=tmp)
+    assert own.returncode == 0 and "UNVALIDATED" not in own.stdout, own.stdout + own.stderr
+    assert set(pd.read_csv(next((tmp / "own").glob("*.csv")))["validated_on_site"]) == {True}
+
+
+def test_a_fit_of_emulated_runs_sets_no_walltime(tmp_path):
+    """Emulated runs on the sweep's own site still say nothing of how long real runs take."""
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from conftest import scalestudy
+    from perf_synthetic import write_study
+    from results_db import connect
+    from results_db.schema import Run
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    engine = connect(url)
+    ids = write_study(engine, site="polaris")
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).where(Run.id.in_(ids)).values(compute="emulated"))
+    assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp_path).returncode == 0
+    out = scalestudy("sweep", "--dry-run", "study_name=syn", "site=polaris", "device=cpu", "account=abc",
+                     "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16", "epochs=1",
+                     "steps_per_epoch=100000", f"db_url={url}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "compute=emulated" in out.stdout + out.stderr and "-l walltime=01:00:00" in out.stdout + out.stderr
 
 
 def test_majority_waits_for_its_initiator():

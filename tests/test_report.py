@@ -20,6 +20,8 @@ from results_db.runs import PlannedRun, mark_failed, register_runs
 from results_db.schema import Eval, Run
 from workloads.spec import RunSpec
 
+from conftest import scalestudy
+
 PASSWORD = "s3cret-Pw"
 SHOWN_URL = f"postgresql+psycopg://analyst:{PASSWORD}@db.example/results"
 
@@ -201,13 +203,45 @@ def test_figures_of_oversubscribed_local_runs_say_so(tmp_path):
                                "throughput": 50.0 * n, "cpus": 2} for n in (1, 2)])
     results = {r.name: r for r in render_study(engine, "over", tmp_path / "fig", formats=("svg",))}
     [note] = results["throughput_vs_nodes"].notes
-    assert note.startswith("1 of these 2 runs ran on site=local with up to 4 ranks and 4 threads on a host with 2 cores")
-    assert "oversubscribe" in (tmp_path / "fig" / "throughput_vs_nodes.svg").read_text()
+    assert note.startswith("1 of these 2 runs ran up to 2 threads per CPU on the most crowded host (up to 4 ranks): "
+                           "the ranks shared cores")
+    assert "shared cores" in (tmp_path / "fig" / "throughput_vs_nodes.svg").read_text()
     # the same runs on a host with enough cores carry no note
     engine2 = connect(f"sqlite:///{tmp_path / 'fine.db'}")
     add_runs(engine2, "fine", [{"site": "local", "nodes": n, "workers_per_node": 2, "threads_per_node": 2,
                                 "throughput": 50.0 * n, "cpus": 8} for n in (1, 2)])
     assert all(not r.notes for r in render_study(engine2, "fine", tmp_path / "fig2", formats=("svg",)))
+
+
+def test_crowding_is_decided_by_hosts_and_emulated_runs_are_labelled_everywhere(tmp_path):
+    """Runs whose ranks shared a host's cores get the crowding note whatever their site is
+    called (here a user's own copy of local_slurm), emulated ones too; and compute=emulated is
+    on every table, CSV, figure and report page they appear in: each check below fails if its
+    label is dropped."""
+    from results_db.html_report import build_report
+
+    url = f"sqlite:///{tmp_path / 'emu.db'}"
+    engine = connect(url)
+    ids = add_runs(engine, "emu", [{"site": "my_slurm_copy", "nodes": n, "workers_per_node": 2, "compute": "emulated",
+                                    "compute_profile": "/p.json", "throughput": 40.0 * n} for n in (1, 2, 4)])
+    with Session(engine) as s, s.begin():   # ingestion's host_load: 2 ranks / 2 CPUs, 4 / 2, 8 / 2
+        for run_id, load in zip(ids, (1.0, 2.0, 4.0)):
+            s.execute(update(Run).where(Run.id == run_id).values(host_load=load))
+    results = {r.name: r for r in render_study(engine, "emu", tmp_path / "fig", formats=("svg",))}
+    notes = " ".join(results["throughput_vs_nodes"].notes)
+    assert "2 of these 3 runs ran up to 4 threads per CPU" in notes and "emulated (compute=emulated)" in notes
+    assert "emulated (compute=emulated)" in (tmp_path / "fig" / "throughput_vs_nodes.svg").read_text()
+    report = build_report(engine, "emu", tmp_path / "report", url)
+    page = report.index.read_text()
+    assert "<th>compute</th>" in page and page.count('data-col="compute">emulated</td>') == 3, \
+        "the configuration rows lost the label"
+    assert "emulated (compute=emulated)" in page and "threads per CPU" in page
+    csv_text = (tmp_path / "report" / "configurations.csv").read_text()
+    assert "compute" in csv_text.splitlines()[0] and csv_text.count("emulated") >= 3
+    query_csv = scalestudy("query", "--study", "emu", "--db", url, "--format", "csv", cwd=tmp_path).stdout
+    header = query_csv.splitlines()[0].split(",")
+    assert "compute" in header and all(line.split(",")[header.index("compute")] == "emulated"
+                                       for line in query_csv.splitlines()[1:])
 
 
 def test_a_study_with_no_finished_run_still_reports_its_failures(tmp_path):

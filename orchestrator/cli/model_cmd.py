@@ -210,8 +210,26 @@ def _predict(args) -> int:
     except (PredictError, ConfigError, ValueError) as exc:
         return fail(str(exc))
     shape = fit["workloads"][algorithm]
+    unvalidated = unvalidated_on(engine, fit, site)
     _print_prediction(args.study, fit, algorithm, table, wpn or shape["workers_per_node"], site, network, band)
-    return _draw(args, engine, fit, algorithm, table, site, band)
+    if unvalidated:
+        print(f"UNVALIDATED on site {site.name}: {unvalidated}")
+    return _draw(args, engine, fit, algorithm, table, site, band, unvalidated)
+
+
+def unvalidated_on(engine, fit, site) -> str:
+    """Why a prediction for ``site`` has nothing of that site behind it ("" where it has: the
+    fit's runs include real runs there)."""
+    from ..sweep.prediction import fitted_on
+
+    if site is None:
+        return ""
+    fitted = fitted_on(engine, fit["run_ids"])
+    if any(s == site.name and c == "real" for s, c, _ in fitted):
+        return ""
+    shown = "; ".join(f"site {s}, compute={c}, device={d}" for s, c, d in sorted(fitted)) or "no runs"
+    return (f"the fit has no real run there (it was fitted on {shown}); every number above combines that "
+            f"machine's fitted terms with the site file's network ({site.network.describe()})")
 
 
 def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, network, band: float) -> None:
@@ -238,7 +256,7 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
           "benchmarks/RESULTS.md measures that")
 
 
-def _draw(args, engine, fit, algorithm: str, table, site, band: float) -> int:
+def _draw(args, engine, fit, algorithm: str, table, site, band: float, unvalidated: str = "") -> int:
     """The prediction's figure (measured points, the predicted curve and band) and its CSV."""
     from perf_model.figure import draw_prediction
     from perf_model.measured import measured_throughput
@@ -257,6 +275,8 @@ def _draw(args, engine, fit, algorithm: str, table, site, band: float) -> int:
         others = others[others["algorithm"] == algorithm]
     out = Path(args.out or Path("figures") / args.study)
     stem = f"prediction-{algorithm}" + (f"-{site.name}" if site else "")
+    if site is not None:   # the CSV says it too: a table copied elsewhere keeps the warning
+        table = table.assign(site=site.name, validated_on_site=not unvalidated)
     try:
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / f"{stem}.csv", index=False)
@@ -265,7 +285,8 @@ def _draw(args, engine, fit, algorithm: str, table, site, band: float) -> int:
     emulated = fit_is_emulated(engine, fit["run_ids"])
     path = draw_prediction(table, measured, out / f"{stem}.png",
                            f"{args.study}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank"
-                           + (f", network of {site.name}" if site else ""), band, emulated,
+                           + (f", network of {site.name}" if site else "")
+                           + (f" (UNVALIDATED on {site.name}: no real run there)" if unvalidated else ""), band, emulated,
                            others=others, others_label=f"runs of {args.also} (not fitted)")
     print(f"figure: {path} (table: {out / f'{stem}.csv'})")
     return 0

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..terminal.tables import duration_text
 from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
-from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node
+from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node, unvalidated_on
 
 SETTINGS = ("study", "site", "algorithm", "workers_per_node")
 
@@ -103,9 +103,15 @@ def _plan(args, settings: dict[str, str]) -> int:
     where = f"network of site {site.name}" if site.network else "allreduce fitted on the study's machine"
     print(f"plan for study {study} on site {site.name}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank, "
           f"{wpn} rank(s)/node, {steps} steps per run, {result.repeats} repeat(s); model fit #{fit['id']}; {where}")
+    unvalidated = unvalidated_on(engine, fit, site)
+    if unvalidated:
+        print(f"UNVALIDATED on site {site.name}: {unvalidated}")
     if not _print_sizes(args.budget, result):
         return 2
-    lines = _sweep_lines(study, site, algorithm, shape, wpn, steps, result)
+    from ..sweep.prediction import fitted_on
+
+    devices = {device for _, _, device in fitted_on(engine, fit["run_ids"])}
+    lines = _sweep_lines(study, site, algorithm, shape, wpn, steps, result, devices.pop() if len(devices) == 1 else None)
     out = Path(args.out or f"plan-{study}-{site.name}.txt")
     try:
         out.write_text("\n".join(lines) + "\n")
@@ -141,7 +147,8 @@ def _print_sizes(budget: float, result) -> bool:
     return True
 
 
-def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, result) -> list[str]:
+def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, result,
+                 device: str | None = None) -> list[str]:
     """One ``scalestudy sweep`` command per queue and walltime: the runs as priced."""
     import shlex
 
@@ -156,6 +163,8 @@ def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, 
                      f"repeat={','.join(map(str, range(result.repeats)))}"]
         if shape.get("dataset"):
             overrides.insert(4, f"dataset={shape['dataset']}")
+        if device:   # the device the fitted runs ran on: what was priced (a GPU site's default would differ)
+            overrides.append(f"device={device}")
         if shape["injected_ranks"]:
             overrides += ["imbalance.kind=injected", f"imbalance.ranks={shape['injected_ranks']}",
                           f"imbalance.delay_ms={shape['injected_delay'] * 1e3:g}"]

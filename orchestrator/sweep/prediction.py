@@ -1,5 +1,10 @@
 """What a sweep's runs will take, by the study's model fit: the walltime to ask the queue for.
 
+Only a fit of the same machine sets a walltime: every run it was fitted on must have run on
+the sweep's site, computing for real (not emulated), on the sweep's device. A fit of emulated
+runs on a laptop says nothing of a Polaris job's length, and a walltime it set too short
+would kill the job; such a sweep gets a note saying why, and the site's walltime.
+
 A run's predicted time is its start-up and evaluation overhead (measured on the fitted
 study's runs) plus its steps times the predicted step time (``perf_model.predict``). A batch
 job's walltime request is that time, times ``MARGIN``, plus ``PAD_SECONDS`` (the queue's
@@ -75,6 +80,14 @@ def _spec_steps(spec) -> int | None:
     return spec.epochs * spec.steps_per_epoch if spec.steps_per_epoch else None
 
 
+def fitted_on(engine, run_ids) -> set[tuple[str, str, str]]:
+    """(site, compute, device) of the runs a fit was made from."""
+    from results_db.run_rows import run_rows
+
+    rows = run_rows(engine, run_ids=list(run_ids), columns=["site", "compute", "device"])
+    return {(str(site), str(compute or "real"), str(device or "cpu")) for site, compute, device in rows.rows}
+
+
 def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, Any]]) -> SweepPrediction:
     """Predicted run times of a sweep's runs from the newest model fit of their study, read
     without writing (no database file created, no schema migrated); empty when there is no
@@ -94,11 +107,20 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
         engine = connect(resolve_db_url(db_url), upgrade=False)
         try:
             fit = latest_model_fit(engine, study) if is_current(engine) else None
+            fitted = fitted_on(engine, fit["run_ids"]) if fit and fit.get("workloads") else set()
         finally:
             engine.dispose()
     except Exception:  # noqa: BLE001 - a prediction is a help, never a reason to refuse a sweep
         return out
     if fit is None or not fit.get("workloads"):
+        return out
+    devices = {spec.device for _, spec in indexed_specs}
+    wanted = {(site.name, "real", device) for device in devices}
+    if not fitted or not fitted <= wanted or len(devices) > 1:
+        shown = "; ".join(f"site {s}, compute={c}, device={d}" for s, c, d in sorted(fitted)) or "no runs"
+        out.note = (f"model fit #{fit['id']} of study {study} was fitted on {shown}: not this sweep's machine "
+                    f"(site {site.name}, compute=real, device={'/'.join(sorted(devices))}), so it sets no walltime "
+                    f"or time limit here: walltime stays the site's {site.walltime}")
         return out
     network = network_of(site)
     for idx, spec in indexed_specs:
@@ -116,7 +138,14 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
     if not site.scheduler.batch_jobs or site.allocation == "packed":
         out.note = f"predicted run times from {source}"
         return out
-    per_size: dict[int, float] = {}   # an n-node batch job runs its n-node runs one after another
+    _ask_walltime(out, site, indexed_specs)
+    return out
+
+
+def _ask_walltime(out: SweepPrediction, site, indexed_specs: Sequence[tuple[int, Any]]) -> None:
+    """The walltime the predicted run times ask of every batch job (``per_size``: a job runs its
+    node count's runs one after another), where a queue takes it."""
+    per_size: dict[int, float] = {}
     for idx, spec in indexed_specs:
         per_size[spec.nodes] = per_size.get(spec.nodes, 0.0) + out.seconds[idx]
     # each job's request, raised where a queue takes nothing shorter (Theta's default: 30 min)
@@ -129,12 +158,11 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
     refused = [n for n in per_size if queue_for_walltime(site, n, wanted)[2] and
                not queue_for_walltime(site, n, site.walltime)[2]]
     if refused:   # a prediction helps; it never makes a sweep the site's walltime would pass fail
-        out.note = (f"predicted run times from {source}; the walltime they ask for, {wanted}, fits no queue for the "
-                    f"{', '.join(map(str, sorted(refused)))}-node job(s): walltime stays the site's {site.walltime} "
-                    "(split the sweep by node count to ask each its own)")
-        return out
+        out.note = (f"predicted run times from {out.source}; the walltime they ask for, {wanted}, fits no queue for "
+                    f"the {', '.join(map(str, sorted(refused)))}-node job(s): walltime stays the site's "
+                    f"{site.walltime} (split the sweep by node count to ask each its own)")
+        return
     out.walltime = wanted
-    out.note = (f"walltime {out.walltime} per batch job from the predicted run times ({source}; the longest job's "
-                f"runs x {MARGIN:g} + {PAD_SECONDS // 60} min, at least a queue's minimum){capped}; walltime=HH:MM:SS "
-                "overrides it")
-    return out
+    out.note = (f"walltime {out.walltime} per batch job from the predicted run times ({out.source}; the longest "
+                f"job's runs x {MARGIN:g} + {PAD_SECONDS // 60} min, at least a queue's minimum){capped}; "
+                "walltime=HH:MM:SS overrides it")

@@ -2,13 +2,15 @@
 
 - a partial grid (configurations with no finished run) and axes that moved together
   (``grid.py``): a comparison that is not the one its axis names;
-- ``site=local`` runs whose ranks and threads outnumber the host's cores: on a
-  laptop, 4 ranks on 2 cores measure contention, not scaling. The host's cores are
-  the ``cpus`` the orchestrator recorded in the run's environment (runs recorded
-  before it did so carry no note: nothing is guessed);
-- emulated runs (``compute=emulated``): their forward and backward were sleeps drawn
-  from another run's compute profile, so they say what communication costs at that
-  scale, not what this host computes.
+- runs whose ranks shared cores: on their most crowded host, more threads than CPUs
+  (``runs.host_load`` > 1, from the CPUs each rank recorded it could use), whatever the site
+  is called (a laptop, the virtual nodes of ``local_slurm``, a user's own copy of either) and
+  whether they computed or emulated: 4 ranks on 2 cores measure contention, not scaling. Runs
+  recorded before ``host_load`` existed fall back to ``site=local`` and the cores the
+  orchestrator recorded;
+- emulated runs (``compute=emulated``): their forward and backward were sleeps drawn from
+  another run's compute profile, and their communication ran for real on this machine; on a
+  host their ranks crowd, what they show is that host as much as the algorithm.
 """
 
 from __future__ import annotations
@@ -31,18 +33,19 @@ def _environment(value) -> dict:
 
 
 def oversubscribed(runs: pd.DataFrame) -> pd.DataFrame:
-    """The ``site=local`` runs whose ranks x threads per rank exceed the recorded host cores,
-    with ``cpus`` and ``threads`` (all ranks' threads: nodes x threads per node)."""
-    local = runs[runs["site"] == "local"]
-    if "compute" in local:   # an emulated rank sleeps instead of computing: its ranks share no compute
-        local = local[local["compute"] != "emulated"]
-    local = local.copy()
-    if local.empty:
-        return local.assign(cpus=[], threads=[])
-    local["cpus"] = [_environment(e).get("cpus") for e in local["environment"]]
-    local = local[local["cpus"].notna()]
-    local["threads"] = local["nodes"] * local["threads_per_node"]
-    return local[(local["threads"] > local["cpus"]) | (local["world_size"] > local["cpus"])]
+    """The runs whose ranks shared cores, with ``load`` (threads per CPU on the most crowded
+    host): from ``host_load`` where the run recorded it, else (older runs) ``site=local`` runs
+    whose ranks x threads per rank exceed the host cores the orchestrator recorded."""
+    runs = runs.copy()
+    recorded = runs["host_load"] if "host_load" in runs else pd.Series(float("nan"), index=runs.index)
+    runs["load"] = recorded.astype(float)
+    older = runs[runs["load"].isna() & (runs["site"] == "local")]
+    if not older.empty and "environment" in older:
+        cpus = pd.Series([_environment(e).get("cpus") for e in older["environment"]], index=older.index, dtype=float)
+        threads = older["nodes"] * older["threads_per_node"]
+        runs.loc[older.index, "load"] = (threads.where(threads > older["world_size"], older["world_size"])
+                                         / cpus)
+    return runs[runs["load"] > 1]
 
 
 def oversubscription_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
@@ -50,12 +53,11 @@ def oversubscription_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
     over = oversubscribed(chosen)
     if over.empty:
         return None
-    cores = sorted({int(c) for c in over["cpus"]})
     who = "This run" if len(chosen) == 1 else f"All {len(chosen)} runs" if len(over) == len(chosen) \
         else f"{len(over)} of these {len(chosen)} runs"
-    return (f"{who} ran on site=local with up to {int(over['world_size'].max())} "
-            f"ranks and {int(over['threads'].max())} threads on a host with {'/'.join(map(str, cores))} cores: "
-            "the ranks oversubscribe the cores, so these timings measure contention, not scaling.")
+    return (f"{who} ran up to {over['load'].max():.3g} threads per CPU on the most crowded host (up to "
+            f"{int(over['world_size'].max())} ranks): the ranks shared cores, so these timings measure contention "
+            "as much as the algorithm, not scaling.")
 
 
 def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
@@ -67,8 +69,9 @@ def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
         return None
     who = "This run is" if len(chosen) == 1 else f"All {len(chosen)} runs are" if len(emulated) == len(chosen) \
         else f"{len(emulated)} of these {len(chosen)} runs are"
-    return (f"{who} emulated (compute=emulated): forward and backward slept times recorded on a real run, "
-            "communication ran for real; they show what communication costs at that scale, not this host's compute.")
+    return (f"{who} emulated (compute=emulated): forward and backward slept times recorded on a real run and "
+            "communication ran for real, on this machine; not a measurement of computing at that scale, and where "
+            "the ranks shared a host's cores, a measurement of that host as much as of the algorithm.")
 
 
 def grid_notes(sr: StudyRuns) -> list[str]:

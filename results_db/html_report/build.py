@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from .. import query
 from ..store import safe_url
 from ..figures import catalog, data
-from ..figures.notes import grid_notes, oversubscription_note
+from ..figures.notes import emulation_note, grid_notes, oversubscription_note
 from . import page, provenance, tables
 from .tables import ReportError
 
@@ -89,8 +89,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     if sr is not None:
         configurations = tables.configurations(engine, sr, chosen, target)
         notes = grid_notes(sr)
-        over = oversubscription_note(sr, sr.ids)
-        notes += [over] if over else []
+        notes += [n for n in (oversubscription_note(sr, sr.ids), emulation_note(sr, sr.ids)) if n]
         finished = configurations[configurations["status"] == "done"]
         if chosen and finished["speedup"].isna().any():
             notes.append(f"Speedup and efficiency are blank where a configuration has no finished baseline run "

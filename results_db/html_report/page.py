@@ -65,6 +65,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     if has_tta:
         heads += [f"seconds to top-1 ≥ {float(table['target_top1'].dropna().iloc[0]) * 100:.0f} %"
                   if table["target_top1"].notna().any() else "seconds to target"]
+    emulated = "compute" in table and bool((table["compute"].fillna("") != "real").any())
+    heads += ["compute"] if emulated else []
     gpu = [c for c in ("gpu_peak_memory_mb", "gpu_utilization") if c in table and table[c].notna().any()]
     heads += [{"gpu_peak_memory_mb": "GPU peak memory (MB)", "gpu_utilization": "GPU utilisation (%)"}[c] for c in gpu]
     if missing_any:
@@ -90,6 +92,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
             if done and not _missing(reached) and int(reached) < int(runs):
                 text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {int(runs)} runs)"
             cells.append(_cell("time_to_target", text, row.get("tta_seconds_mean")))
+        if emulated:   # compute=emulated: forward and backward were sleeps; said on every row
+            cells.append(_cell("compute", str(row.get("compute") or "-"), None, numeric=False))
         for column in gpu:   # measured where the runs had GPUs and NVML; "-" (missing), never 0, where not
             cells.append(_cell(column, fmt(row.get(column), 0), row.get(column)))
         if missing_any:

@@ -114,6 +114,9 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
     first = runs.drop_duplicates("config").set_index("config")
     for axis in sr.varying:
         frame[axis] = [first.loc[c, axis] for c in frame["config"]]
+    if "compute" in runs and (runs["compute"] == "emulated").any():   # a label no table or CSV may lose
+        frame["compute"] = runs.groupby("config", sort=False)["compute"].agg(
+            lambda c: c.iloc[0] if c.nunique() == 1 else "mixed").reindex(frame["config"]).to_numpy()
     for column, how in (("gpu_peak_memory_mb", "max"), ("gpu_utilization", "mean")):
         if column in runs and runs[column].notna().any():   # GPU runs: what their GPUs held and did
             frame[column] = runs.groupby("config", sort=False)[column].agg(how).reindex(frame["config"]).to_numpy()
