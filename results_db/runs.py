@@ -32,7 +32,8 @@ from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study,
 _COLUMN_DEFAULTS = {f.name: f.default for f in FIELDS if f.column}
 # what the next attempt at a run keeps from the one before: what the run is, not how it went
 _IDENTITY_AND_PROVENANCE = ("study_id", "run_key", *_COLUMN_DEFAULTS, "world_size", "global_batch_size", "spec",
-                            "run_dir", "git_commit", "git_dirty", "environment", "config")
+                            "run_dir", "git_commit", "git_dirty", "environment", "config", "predicted_seconds",
+                            "predicted_by_fit")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class PlannedRun:
     spec: dict[str, Any]
     run_dir: str
     provenance: dict[str, Any] | None = None   # git_commit, git_dirty, environment, config
+    # (model fit id, predicted run seconds) where the study's fit predicted this run: the run's
+    # measured wall time then checks it (``model predict``, ``prediction_errors``)
+    prediction: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             prov = p.provenance or {}
             run.git_commit, run.git_dirty = prov.get("git_commit"), prov.get("git_dirty")
             run.environment, run.config = prov.get("environment"), prov.get("config")
+            run.predicted_by_fit, run.predicted_seconds = p.prediction if p.prediction else (None, None)
             run.status = "pending"
             run.driver, run.heartbeat = driver, now
             run.error = run.job_id = run.hosts = run.versions = run.host_cpus = None
@@ -271,6 +276,18 @@ def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed",
         if job_id:
             run.job_id = str(job_id)
         return True
+
+
+def prediction_errors(engine: Engine, fit_id: int) -> list[dict[str, Any]]:
+    """The runs a model fit predicted that have since finished: nodes, ranks, predicted and
+    measured seconds and the error ((predicted - measured) / measured), each run's latest
+    attempt."""
+    stmt = (select(Run.id, Run.nodes, Run.world_size, Run.algorithm, Run.predicted_seconds, Run.wall_seconds)
+            .where(Run.predicted_by_fit == fit_id, Run.latest.is_(True), Run.status == "done",
+                   Run.wall_seconds.is_not(None), Run.predicted_seconds.is_not(None)).order_by(Run.nodes, Run.id))
+    with engine.connect() as conn:
+        return [{"run_id": i, "nodes": n, "ranks": r, "algorithm": a, "predicted_seconds": p, "measured_seconds": m,
+                 "error": (p - m) / m if m else None} for i, n, r, a, p, m in conn.execute(stmt)]
 
 
 def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:

@@ -99,6 +99,10 @@ runs_table = Table(
     # threads per CPU on the run's most crowded host (its ranks' threads over the CPUs they could
     # use); above 1 the ranks shared cores. Null where a host's ranks recorded no affinity
     Column("host_load", Float),
+    # what the study's model fit predicted this run would take (seconds) and which fit: the
+    # run's wall_seconds checks the prediction (``model predict`` shows how far off it was)
+    Column("predicted_seconds", Float),
+    Column("predicted_by_fit", Integer),
     Column("throughput", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),

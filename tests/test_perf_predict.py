@@ -338,6 +338,37 @@ def test_a_prediction_for_a_site_without_real_runs_says_it_is_unvalidated(fitted
     assert set(pd.read_csv(next((tmp / "own").glob("*.csv")))["validated_on_site"]) == {True}
 
 
+@pytest.mark.mpi
+def test_a_prediction_is_checked_by_the_next_real_run(tmp_path):
+    """A sweep on the fitted machine stores each run's predicted time with the fit that made it;
+    the run's measured time then checks it, shown as the run ends and by model predict."""
+    import sqlite3
+
+    from conftest import scalestudy
+    from perf_synthetic import write_study
+    from results_db import connect
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    write_study(connect(url), site="local")
+    assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp_path).returncode == 0
+    sweep = scalestudy("sweep", "study_name=syn", "site=local", "nodes=1", "workers_per_node=2", "threads_per_node=2",
+                       "batch_size=16", "epochs=1", "steps_per_epoch=3", f"db_url={url}",
+                       f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr
+    with sqlite3.connect(tmp_path / "c.db") as conn:
+        [(fit_id,)] = conn.execute("select max(id) from model_fits").fetchall()
+        [(predicted, by, measured)] = conn.execute(
+            "select predicted_seconds, predicted_by_fit, wall_seconds from runs where run_dir is not null "
+            "and run_dir != '/nowhere'").fetchall()
+    assert by == fit_id and predicted > 0 and measured > 0
+    assert f"{measured:.0f} s against {predicted:.0f} s predicted" in sweep.stderr
+    shown = scalestudy("model", "predict", "--study", "syn", "--nodes", "1,2", "--workers-per-node", "2", "--db", url,
+                       "--out", str(tmp_path / "p"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    error = (predicted - measured) / measured
+    assert f"predicted {predicted:.1f} s, measured {measured:.1f} s, error {error:+.1%}" in shown.stdout
+
+
 def test_a_fit_of_emulated_runs_sets_no_walltime(tmp_path):
     """Emulated runs on the sweep's own site still say nothing of how long real runs take."""
     from sqlalchemy import update

@@ -214,7 +214,24 @@ def _predict(args) -> int:
     _print_prediction(args.study, fit, algorithm, table, wpn or shape["workers_per_node"], site, network, band)
     if unvalidated:
         print(f"UNVALIDATED on site {site.name}: {unvalidated}")
+    _print_checked(engine, fit)
     return _draw(args, engine, fit, algorithm, table, site, band, unvalidated)
+
+
+def _print_checked(engine, fit) -> None:
+    """The predictions this fit made for sweeps since, and what their runs measured."""
+    from results_db.runs import prediction_errors
+
+    checked = prediction_errors(engine, fit["id"])
+    if not checked:
+        print(f"no run has checked a prediction of model fit #{fit['id']} yet (a sweep with steps_per_epoch on "
+              "the fitted machine stores its runs' predicted times)")
+        return
+    print(f"predictions of model fit #{fit['id']} that runs have since met (run seconds, predicted vs measured):")
+    for row in checked:
+        print(f"  run {row['run_id']:>5} {row['algorithm']:>14} nodes {row['nodes']:>4} ranks {row['ranks']:>5}: "
+              f"predicted {row['predicted_seconds']:.1f} s, measured {row['measured_seconds']:.1f} s, "
+              f"error {row['error']:+.1%}")
 
 
 def unvalidated_on(engine, fit, site) -> str:

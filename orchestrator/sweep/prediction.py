@@ -71,6 +71,7 @@ class SweepPrediction:
     walltime: str = ""
     note: str = ""
     source: str = ""      # which fit
+    fit_id: int | None = None
 
 
 def _spec_steps(spec) -> int | None:
@@ -130,6 +131,7 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
             spec.threads_per_worker, host_of(site))
     known = [s for s in out.seconds.values() if s is not None]
     source = out.source = f"model fit #{fit['id']} of study {study}"
+    out.fit_id = fit["id"]
     if len(known) < len(out.seconds):
         out.note = (f"predicted run times from {source}: {len(out.seconds) - len(known)} of {len(out.seconds)} runs "
                     "have none (no steps_per_epoch, or an algorithm, batch or thread count the fit did not measure); "

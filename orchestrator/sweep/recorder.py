@@ -79,12 +79,14 @@ class SweepRecorder:
         self.retried: dict[int, dict[str, int]] = {}   # job idx -> kind of failure -> retries so far
         self._last_lost_check = 0.0
         self._ended_seen: dict[int, float] = {}          # job idx -> when its batch job was first seen ended
+        self.predicted: dict[int, float] = {}            # job idx -> the run seconds the study's fit predicted
 
     # -- before anything is submitted ---------------------------------------------------
 
     def admit(self, jobs: Sequence[SweepJob]) -> LaunchPlan:
         admitted = admit(self.config, jobs, self.console)
         self.site, self.retry_policy = admitted.site, admitted.retry_policy
+        self.predicted = {i: s for i, s in admitted.prediction.seconds.items() if s is not None}
         self.jobs_dir = jobs[0].output_dir.parent if jobs else None
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
@@ -110,7 +112,9 @@ class SweepRecorder:
         """Record the runs (pending, under this driver) and decide which to submit."""
         self.engine = connect(OmegaConf.select(self.config, "db_url"))
         rerun = bool(OmegaConf.select(self.config, "rerun"))
-        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config))
+        seconds, fit = admitted.prediction.seconds, admitted.prediction.fit_id
+        planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config),
+                              (fit, seconds[j.idx]) if fit is not None and seconds.get(j.idx) is not None else None)
                    for s, j in zip(admitted.specs, jobs)]
         decisions = register_runs(self.engine, admitted.study, planned, rerun=rerun, driver=self.driver)
         self._cancel_stopped_sweeps_jobs(decisions)
@@ -302,8 +306,15 @@ class SweepRecorder:
         if res.get("status") != "done":
             return self._failed(job, label, str(res.get("error") or "the run reported failure"),
                                 classify(None, job.output_dir))
-        self.progress.done(label, headline(res), len(self.in_flight))
+        self.progress.done(label, headline(res) + self._against_prediction(job.idx, res), len(self.in_flight))
         return False
+
+    def _against_prediction(self, idx: int, result: dict) -> str:
+        """A predicted run's measured time against the prediction (stored too: ``model predict``)."""
+        predicted, measured = self.predicted.get(idx), result.get("wall_seconds")
+        if not predicted or not measured:
+            return ""
+        return f"; {measured:.0f} s against {predicted:.0f} s predicted ({(predicted - measured) / measured:+.0%})"
 
     def _ingest_after_loss(self, job: SweepJob, label: str) -> bool:
         """A run whose batch job ended after the run had written its result: ingested, not retried."""

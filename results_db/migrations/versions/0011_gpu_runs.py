@@ -2,7 +2,9 @@
 (``data_path_used``), and the GPU facts of a run: its GPU model, how many GPUs it used, the
 peak memory its busiest rank allocated (MB) and the mean utilisation (%) NVML saw; and
 ``host_load``, the threads per CPU on its most crowded host (above 1 its ranks shared cores:
-what the figures' crowding note is decided by, whatever the site is called).
+what the figures' crowding note is decided by, whatever the site is called); and what the
+study's model fit predicted the run would take (``predicted_seconds``, ``predicted_by_fit``),
+which the run's wall time then checks.
 
 Runs recorded before this revision ran on CPUs with no choice of path: ``data_path`` is
 back-filled ``auto`` and ``data_path_used`` with the one path each algorithm then had (sync
@@ -23,7 +25,8 @@ depends_on = None
 
 _COLUMNS = (("data_path", sa.String(length=32)), ("data_path_used", sa.String(length=64)),
             ("gpu_model", sa.String(length=128)), ("gpus", sa.Integer()),
-            ("gpu_peak_memory_mb", sa.Float()), ("gpu_utilization", sa.Float()), ("host_load", sa.Float()))
+            ("gpu_peak_memory_mb", sa.Float()), ("gpu_utilization", sa.Float()), ("host_load", sa.Float()),
+            ("predicted_seconds", sa.Float()), ("predicted_by_fit", sa.Integer()))
 
 
 def upgrade() -> None:
