@@ -85,12 +85,14 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
             host = Host(int(cpus), fit_host.one_host) if fit_host and 0 < cpus < fit_host.cpus else None
             [pred] = predict(fit, algorithm, [ranks], 1, network, host=host).to_dict("records")
             m = float(group["throughput"].median())
+            inside = group["throughput"].between(pred["throughput_low"], pred["throughput_high"])
             rows.append({"set": study + (f" ({int(cpus)} cpu)" if host else ""), "algorithm": algorithm,
                          "ranks": int(ranks), "runs": len(group),
                          "steps": int(group["steps"].median()), "measured": m,
                          "spread": f"{group['throughput'].min():.0f}-{group['throughput'].max():.0f}",
                          "predicted": pred["throughput"],
                          "band": f"{pred['throughput_low']:.0f}-{pred['throughput_high']:.0f}",
+                         "inside": int(inside.sum()), "low": pred["throughput_low"], "high": pred["throughput_high"],
                          "error": pred["throughput"] / m - 1,
                          "compute": (pred["compute_seconds"], float(group["compute"].median())),
                          "rest": (pred["wait_seconds"] + pred["comm_seconds"] + pred["crowding_seconds"],
@@ -100,11 +102,11 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
                          "data": float(group["data"].median())})
     print(f"\n{label}")
     print(f"{'set':22s} {'algorithm':15s} {'ranks':>5} {'runs':>4} {'steps':>5} {'measured':>9} {'(min-max)':>12} "
-          f"{'predicted':>9} {'(band)':>12} {'error':>7}   ms pred/meas: compute | wait+comm+crowding | update; data")
+          f"{'predicted':>9} {'(band)':>12} {'in':>3} {'error':>7}   ms pred/meas: compute | wait+comm+crowding | update; data")
     for r in rows:
         parts = " | ".join(f"{r[k][0] * 1e3:6.1f}/{r[k][1] * 1e3:6.1f}" for k in ("compute", "rest", "update"))
         print(f"{r['set']:22s} {r['algorithm']:15s} {r['ranks']:5d} {r['runs']:4d} {r['steps']:5d} {r['measured']:9.1f} "
-              f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['error']:+7.1%}   {parts}; "
+              f"{r['spread']:>12} {r['predicted']:9.1f} {r['band']:>12} {r['inside']:>3} {r['error']:+7.1%}   {parts}; "
               f"{r['data'] * 1e3:.1f}; crowding predicted {r['crowding'] * 1e3:.1f}")
     return rows
 
@@ -187,6 +189,19 @@ def fit_small(engine, ids, args) -> None:
         worst = max(out, key=lambda r: abs(r["error"]))
         print(f"out of sample: median |error| {statistics.median(abs(r['error']) for r in out):.1%}, worst "
               f"{worst['error']:+.1%} ({worst['algorithm']}, {worst['ranks']} ranks)")
+        print(coverage_line(out, "out of sample"))
+    inside = [r for r in rows if r["set"] == "validate-small"]
+    if inside:
+        print(coverage_line(inside, "in sample"))
+
+
+def coverage_line(rows: list[dict], label: str, band: float = 0.9) -> str:
+    """How many measured runs the band holds: the band's empirical coverage (goal: a 90 %
+    band holds at least 80 % of held-out runs)."""
+    held, runs = sum(r["inside"] for r in rows), sum(r["runs"] for r in rows)
+    sizes = sum(1 for r in rows if r["low"] <= r["measured"] <= r["high"])
+    return (f"{label}: the {band:.0%} band holds {held} of {runs} runs ({held / runs:.0%}) and the median "
+            f"of {sizes} of {len(rows)} sizes")
 
 
 def part_two(engine, ids, args) -> None:

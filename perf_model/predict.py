@@ -22,9 +22,10 @@ A step of P ranks (``perf_model.terms``):
 
 Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
 waits nor communicates. The band is the spread of T(P) over the fit's bootstrap replicates
-(``perf_model.bootstrap``), which refit compute, allreduce and straggler; the measured
-parts (h, U, m, N, the injection) and q are held at their values. It is the sampling error of
-the fit, not the model's form error.
+(``perf_model.bootstrap``): each refits every term and every measured part (h, U, m, N, q)
+on the study's runs drawn whole with replacement. It is the spread that the runs measured
+give the fit; a form that is wrong at scale lies outside it, and how often held-out runs
+land inside it is measured in ``benchmarks/validate_model.py``, not assumed.
 """
 
 from __future__ import annotations
@@ -123,6 +124,20 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
             "step": c + wait + exposed + update + crowding}
 
 
+# What a replicate re-measures of an algorithm's shape; the rest (batch, threads, layout,
+# injection, sync_every) is the configuration asked about, the same in every replicate.
+MEASURED_SHAPE = ("gradient_bytes", "collectives_per_step", "hidden", "update_seconds", "overhead_seconds")
+
+
+def _replica_shape(replica: dict[str, Any], algorithm: str, shape: dict[str, Any]) -> dict[str, Any]:
+    """``shape`` with a replicate's own measured parts (a replicate refits them too); a fit
+    stored before replicates did so has none: the fit's."""
+    own = (replica.get("workloads") or {}).get(algorithm)
+    if not own:
+        return shape
+    return {**shape, **{k: own[k] for k in MEASURED_SHAPE if own.get(k) is not None}}
+
+
 def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_per_node: int | None = None,
             network: Network | None = None, band: float = DEFAULT_BAND, host: Host | None = None) -> pd.DataFrame:
     """One row per node count: nodes, ranks, the step's parts (s), step_seconds with its band
@@ -140,13 +155,13 @@ def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_p
     if network is None and "allreduce" not in terms and any(n * wpn > 1 for n in nodes) and shape.get("gradient_bytes"):
         raise PredictError(f"model fit #{fit['id']} has no allreduce term ({fit['unfitted'].get('allreduce', '')}): "
                            "give --site SITE whose site YAML has a network: block")
-    replicas = [{**terms, **r} for r in (fit.get("bootstrap") or [])]
+    replicas = [({**terms, **r}, _replica_shape(r, algorithm, shape)) for r in (fit.get("bootstrap") or [])]
     lo_q, hi_q = (1 - band) / 2, 1 - (1 - band) / 2
     rows = []
     for n in nodes:
         p = int(n) * wpn
         point = step_parts(terms, shape, algorithm, p, int(n), network, host)
-        spread = [step_parts(r, shape, algorithm, p, int(n), network, host)["step"] for r in replicas]
+        spread = [step_parts(r, s, algorithm, p, int(n), network, host)["step"] for r, s in replicas]
         low, high = (float(np.quantile(spread, lo_q)), float(np.quantile(spread, hi_q))) if spread else \
             (point["step"], point["step"])
         samples = p * shape["batch_size"]

@@ -254,4 +254,4 @@ class ModelFit(Base):
     run_ids: Mapped[list] = mapped_column(JSON)
     warmup: Mapped[int] = mapped_column(Integer)
     workloads: Mapped[Optional[dict]] = mapped_column(JSON)   # algorithm -> what its runs measured (perf_model.shape)
-    bootstrap: Mapped[Optional[list]] = mapped_column(JSON)   # [{term: params}], refits on resampled steps
+    bootstrap: Mapped[Optional[list]] = mapped_column(JSON)   # [{term: params, "workloads": shapes}], refits on runs drawn whole

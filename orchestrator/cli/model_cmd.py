@@ -90,8 +90,10 @@ def model(argv: Sequence[str]) -> int:
         prog="scalestudy model",
         description="fit: fit the performance model to a study's runs (perf_model/terms.py holds its equations) "
                     "and store it. predict: throughput, efficiency and the step's parts at other node counts, "
-                    "with the fit's uncertainty band, and a figure of measured points and the predicted curve.")
-    parser.add_argument("action", choices=("fit", "predict"))
+                    "with the fit's uncertainty band, and a figure of measured points and the predicted curve. "
+                    "export: the study's measurements (what fit is fitted on) for another modeller: "
+                    "--format extrap writes Extra-P's JSON Lines input.")
+    parser.add_argument("action", choices=("fit", "predict", "export"))
     parser.add_argument("--study", required=True)
     parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
     parser.add_argument("--replicates", type=int, default=None,
@@ -104,14 +106,41 @@ def model(argv: Sequence[str]) -> int:
                                                      "(default: the allreduce fitted on the study's machine)")
     parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
     parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
-    parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY)")
+    parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY); "
+                                                    "export: the file (default STUDY-extrap.jsonl)")
+    parser.add_argument("--format", default="extrap", choices=("extrap",),
+                        help="export: the file's format (extrap: Extra-P's JSON Lines, extrap --json FILE)")
     parser.add_argument("--also", default=None, metavar="STUDY",
                         help="predict: draw this study's runs too (runs the fit did not see: a check at scale)")
     add_db_option(parser)
     args = parser.parse_args(argv)
     if args.action == "fit":
         return _fit(args)
+    if args.action == "export":
+        return _export(args)
     return _predict(args)
+
+
+def _export(args) -> int:
+    from perf_model.extrap_export import write_extrap
+    from perf_model.study import DEFAULT_WARMUP
+
+    warmup = DEFAULT_WARMUP if args.warmup is None else args.warmup
+    if warmup < 0:
+        return fail(f"--warmup {warmup}: expected steps >= 0")
+    out = Path(args.out or f"{args.study}-extrap.jsonl")
+    if not out.parent.is_dir():
+        return fail(f"--out {out}: folder {out.parent} does not exist")
+    try:
+        engine = open_for_reading(args.db)
+        runs = write_extrap(engine, args.study, out, warmup)
+    except (NoDatabase, OlderSchema, ValueError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"--out {out}: {exc.strerror or exc}")
+    print(f"{out}: {runs} run(s) of study {args.study} (first {warmup} steps left out), Extra-P JSON Lines: "
+          f"open with `extrap --json {out}` or Extra-P's GUI")
+    return 0
 
 
 def _fit(args) -> int:
@@ -135,7 +164,8 @@ def _fit(args) -> int:
         return fail(str(exc))
     print(f"study {args.study}: model fit #{fit['id']} from {fit['runs']} finished run(s)"
           + (f", {fit['emulated']} of them emulated" if fit["emulated"] else "")
-          + f" (first {warmup} steps left out; {fit['replicates']} bootstrap refits)")
+          + f" (first {warmup} steps left out; {fit['replicates']} bootstrap refits on runs drawn whole"
+          + (f", {fit['redrawn']} draws redrawn" if fit["redrawn"] else "") + ")")
     for name, term in fit["terms"].items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
         q = term["quality"]
