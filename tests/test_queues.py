@@ -96,14 +96,35 @@ def test_dry_run_shows_queues_and_charge(tmp_path):
     assert "2-node runs go to queue debug-cache-quad" in out
     assert "-q debug-cache-quad" in out and "-q default" in out
     assert "charged at most: 128 node(s) x 01:00:00 = 128.00 node-hours" in out
-    assert "node-hours charged at most: 130.00" in out
+    # the bound: every attempt (1 + 0 + 0 + 2 node_lost retries, the defaults) of each run in a job of its own
+    assert "node-hours charged at most: 390.00 — every attempt of every run in a batch job of its own: 2 run(s) x " \
+           "up to 3 attempt(s)" in out
+    assert "130.00 when the sweep goes as planned" in out
     assert "a real sweep would stop here" in proc.stderr   # the mpich wheel is in this environment
     # both allocation modes: per node count (this sweep's) and the whole sweep in one 128-node job
     assert "allocation: per_size (this sweep's): 2 batch job(s), 130.00 node-hours" in out
     assert "allocation: packed (with allocation=packed): 1 batch job(s), 128.00 node-hours" in out
     assert "batch job for every run (2, 128 node(s)) in 128 nodes" in out and "theta-128n-packed" in out
     table = out[out.index("allocation   batch jobs"):].splitlines()
-    assert table[1].split()[:3] == ["per_size", "2", "130.00"] and table[2].split()[:3] == ["packed", "1", "128.00"]
+    assert table[1].split()[:4] == ["per_size", "2", "130.00", "390.00"]
+    assert table[2].split()[:4] == ["packed", "1", "128.00", "768.00"]   # 2 runs x 3 attempts x the 128-node job
+
+
+def test_charge_bound_counts_every_attempt_of_every_run(tmp_path):
+    """Without retries the bound is one batch job per run (3 runs of 2 nodes and 3 of 128,
+    one hour each: 3 x 2 + 3 x 128 node-hours per_size; packed, each run may hold the
+    128-node job: 6 x 128); with retries.crash=1 and node_lost=0, two attempts each."""
+    base = ["sweep", "site=theta", "nodes=2,128", "workers_per_node=2", "epochs=1", "+params.r=1,2", "--dry-run"]
+    proc = scalestudy(*base[:-2], "+params.r=1,2,3", "--dry-run", "retries.node_lost=0", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = proc.stdout[proc.stdout.index("allocation   batch jobs"):].splitlines()
+    # 6 runs: 3 of 2 nodes, 3 of 128
+    assert table[1].split()[:4] == ["per_size", "2", "130.00", f"{3 * 2 + 3 * 128:.2f}"]
+    assert table[2].split()[:4] == ["packed", "1", "128.00", f"{6 * 128:.2f}"]
+    proc = scalestudy(*base, "retries.node_lost=0", "retries.crash=1", cwd=tmp_path, timeout=120)
+    table = proc.stdout[proc.stdout.index("allocation   batch jobs"):].splitlines()
+    assert table[1].split()[:4] == ["per_size", "2", "130.00", f"{2 * (2 * 2 + 2 * 128):.2f}"]
+    assert "4 run(s) x up to 2 attempt(s)" in proc.stdout
 
 
 def test_packed_dry_run_uses_the_queue_that_takes_the_whole_sweep(tmp_path):
@@ -113,7 +134,8 @@ def test_packed_dry_run_uses_the_queue_that_takes_the_whole_sweep(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "allocation: packed (this sweep's): 1 batch job(s), 128.00 node-hours" in out
-    assert "node-hours charged at most: 128.00 — one batch job for the whole sweep" in out
+    assert "node-hours charged at most: 768.00 — every attempt of every run" in out
+    assert "128.00 when the sweep goes as planned: one batch job for the whole sweep" in out
     packed = out[:out.index("allocation: per_size")]
     assert "-q default" in packed and "-q debug-cache-quad" not in packed
     too_small = scalestudy("sweep", "site=theta", "nodes=2,128", "allocation=packed", "allocation_nodes=64",

@@ -135,7 +135,7 @@ def test_dry_run_prints_and_submits_nothing(tmp_path, slurm_cluster):
     out = proc.stdout
     assert "#SBATCH --nodes=4" in out and "#SBATCH --partition=debug" in out and "#SBATCH --no-requeue" in out
     assert "srun --ntasks 8 --ntasks-per-node 2" in out and "--mpi=pmi2" in out
-    assert "charged at most: 4 node(s) x 00:20:00 = 1.33 node-hours" in out and "node-hours charged at most: 1.67" in out
+    assert "charged at most: 4 node(s) x 00:20:00 = 1.33 node-hours" in out and "node-hours charged at most: 5.00" in out and "1.67 when the sweep goes as planned" in out
     assert not _jobs_since(before)
     assert not (tmp_path / "scalestudy.db").exists() or not connect(f"sqlite:///{tmp_path / 'scalestudy.db'}") \
         .connect().exec_driver_sql("select count(*) from runs").scalar()

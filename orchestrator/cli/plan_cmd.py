@@ -127,7 +127,10 @@ def _plan(args, settings: dict[str, str]) -> int:
 
 def _print_sizes(budget: float, result) -> bool:
     """Each size's price and verdict; False (with the error line) when the budget buys no run."""
-    print(f"budget {budget:g} node-hours, planned against the charge at most (walltime x charged nodes)")
+    print(f"budget {budget:g} node-hours, planned against each batch job's charge at most (walltime x charged "
+          "nodes) with no run retried: a run that outlasts its walltime is retried in another batch job "
+          "(retries.node_lost), charged beyond this plan; `sweep --dry-run` of the lines below prints the bound "
+          "with retries")
     print(f"{'nodes':>6} {'ranks':>6} {'run':>9} {'walltime':>9} {'queue':>18} {'node-h at most':>14} "
           f"{'expected':>9} {'samples/s':>10} {'eff':>6}  plan")
     for s in result.sizes:

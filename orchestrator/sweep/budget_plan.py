@@ -1,8 +1,10 @@
 """Which node counts and repeats a node-hour budget buys on a site (``scalestudy plan``).
 
-Budgets are planned against the charge *at most* (the walltime, the queue's minimum charge
-and charge factor: ``site.queues.charged_node_hours``): a run slower than predicted still
-fits. Each size's walltime is its runs' predicted time with the margin of ``prediction``.
+Budgets are planned against each batch job's charge *at most* (the walltime, the queue's
+minimum charge and charge factor: ``site.queues.charged_node_hours``): a run slower than
+predicted still fits, within the margin. Each size's walltime is its runs' predicted time
+with the margin of ``prediction``. A run that outlasts it is retried in another batch job,
+beyond the plan: ``sweep --dry-run`` prints the bound that counts retries.
 """
 
 from __future__ import annotations

@@ -4,6 +4,13 @@ For the admitted sweep it prints the runs that would launch and those already do
 batch script and submit command of every batch job in each allocation mode (rendered by
 the site's real provider, ``pools.preview``), each run's launch line and predicted time,
 and the node-hours each mode is charged at most.
+
+"At most" is a bound: a batch job is never charged past its walltime, and a sweep never
+holds more batch jobs than it starts attempts (Parsl starts a block only while runs wait
+for one), so the worst case is every attempt of every run in a batch job of its own: runs
+x (1 + retries.crash + retries.timeout + retries.node_lost) jobs. Beside it the charge when
+each batch job's runs fit its walltime and none is retried (one job per node count, or one
+in all), which is what a sweep that goes as planned costs.
 """
 
 from __future__ import annotations
@@ -45,7 +52,10 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
             out.print(f"[cyan]{job.note}[/cyan]")
     counts = [s.nodes for _, s in launching]
     with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
-        modes = _print_batch_jobs(out, site, counts, Path(scratch)) if site.scheduler.batch_jobs and counts else {}
+        policy = admitted.retry_policy
+        attempts = 1 + policy.crash + policy.timeout + policy.node_lost
+        modes = _print_batch_jobs(out, site, counts, attempts, Path(scratch)) \
+            if site.scheduler.batch_jobs and counts else {}
         if not site.scheduler.batch_jobs:
             out.print("\n" + preview_batch_script(site, BatchJob(nodes=1, holds=(1,)), Path(scratch))[0])
     out.print("")
@@ -65,13 +75,14 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
     if admitted.prediction.note:
         out.print(f"\n{admitted.prediction.note}")
     if site.scheduler.batch_jobs:
-        _print_charges(out, site, modes)
+        _print_charges(out, site, modes, len(counts), attempts)
 
 
-def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], scratch: Path) -> dict:
+def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], attempts: int, scratch: Path) -> dict:
     """Each allocation mode's batch jobs (this sweep's mode first); mode -> (batch jobs,
-    node-hours charged at most), or the reason the mode cannot take the sweep."""
-    modes: dict[str, tuple[int, float] | str] = {}
+    node-hours if the runs fit their jobs, node-hours at most), or the reason the mode cannot
+    take the sweep."""
+    modes: dict[str, tuple[int, float, float] | str] = {}
     for mode in (site.allocation, *(m for m in ALLOCATIONS if m != site.allocation)):
         mode_site = with_allocation(site, mode)
         try:
@@ -79,37 +90,42 @@ def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], scratch
         except ConfigError as exc:
             modes[mode] = str(exc)
             continue
-        total = sum(node_hours(mode_site, job)[1] for job in jobs)
-        modes[mode] = (len(jobs), total)
+        planned = sum(node_hours(mode_site, job)[1] for job in jobs)
+        # every attempt of every run a job holds, each in a batch job like it
+        bound = sum(node_hours(mode_site, job)[1] * attempts * sum(1 for n in counts if n in job.holds)
+                    for job in jobs)
+        modes[mode] = (len(jobs), planned, bound)
         out.print(f"\n[bold]allocation: {mode}[/bold]" + (" (this sweep's)" if mode == site.allocation else
-                  f" (with allocation={mode})") + f": {len(jobs)} batch job(s), {total:.2f} node-hours charged at most")
+                  f" (with allocation={mode})") + f": {len(jobs)} batch job(s), {planned:.2f} node-hours if each "
+                  f"job's runs fit its walltime, {bound:.2f} at most")
         for job in jobs:
             script, submit_cmd = preview_batch_script(mode_site, job, scratch)
             charged, hours = node_hours(mode_site, job)
             what = f"{job.nodes}-node runs" if job.holds == (job.nodes,) else \
                 f"every run ({', '.join(map(str, job.holds))} node(s)) in {job.nodes} nodes"
             out.print(f"\n[bold]batch job for {what}[/bold] — submitted with: {submit_cmd}")
-            out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours"
+            out.print(f"charged at most: {charged} node(s) x {site.walltime} = {hours:.2f} node-hours per batch job"
                       + (f" (the queue's minimum charge is {charged} nodes)" if charged > job.nodes else ""))
             out.print(script.rstrip())
     return modes
 
 
-def _print_charges(out: Console, site: SiteConfig, modes: dict) -> None:
-    out.print("\n[bold]allocation[/bold]   batch jobs   node-hours charged at most")
+def _print_charges(out: Console, site: SiteConfig, modes: dict, runs: int, attempts: int) -> None:
+    out.print("\n[bold]allocation[/bold]   batch jobs   node-hours if runs fit   node-hours at most")
     for mode, value in modes.items():
         mine = " (this sweep's)" if mode == site.allocation else ""
-        out.print(f"{mode:12s} " + (f"{value[0]:10d}   {value[1]:.2f}{mine}" if isinstance(value, tuple) else
-                                    f"not possible: {value}"))
+        out.print(f"{mode:12s} " + (f"{value[0]:10d}   {value[1]:20.2f}   {value[2]:18.2f}{mine}"
+                                    if isinstance(value, tuple) else f"not possible: {value}"))
     if not isinstance(modes.get(site.allocation), tuple):
         return
-    total = modes[site.allocation][1]
+    _, planned, bound = modes[site.allocation]
+    worst = (f"every attempt of every run in a batch job of its own: {runs} run(s) x up to {attempts} attempt(s) "
+             f"(1 + retries.crash, .timeout, .node_lost), each job charged up to its walltime {site.walltime}")
     if site.allocation == "packed":
-        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job for the whole sweep, charged for the "
-                  f"time it holds its nodes, up to its walltime {site.walltime}, its runs {site.max_concurrent_runs} "
-                  f"at a time at most (max_concurrent_runs) when their nodes fit; runs that outlast that walltime "
-                  f"get another batch job")
+        out.print(f"\nnode-hours charged at most: {bound:.2f} — {worst}. {planned:.2f} when the sweep goes as "
+                  f"planned: one batch job for the whole sweep, its runs {site.max_concurrent_runs} at a time at most "
+                  f"(max_concurrent_runs), all within its walltime, none retried")
     else:
-        out.print(f"\nnode-hours charged at most: {total:.2f} — one batch job per node count, each charged for "
-                  f"the time it holds its nodes (its runs one after another), up to its walltime {site.walltime}; "
-                  f"node counts whose runs outlast that walltime get another batch job")
+        out.print(f"\nnode-hours charged at most: {bound:.2f} — {worst}. {planned:.2f} when the sweep goes as "
+                  f"planned: one batch job per node count, its runs one after another within its walltime, none "
+                  f"retried")
