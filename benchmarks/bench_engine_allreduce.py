@@ -5,7 +5,7 @@ measures MPI against MPI, not the engine).
     python benchmarks/bench_engine_allreduce.py [--model resnet20] [--ranks 2] [--repeats 7] [--iters 50]
 
 The gradients are the model's (``workloads.models.build_model``; resnet20: 65 tensors,
-1.1 MB in all, 0.3 KB to 147 KB each). Three ways to average them, interleaved (flat,
+1.09 MB in all). Three ways to average them, interleaved (flat,
 engine, per-tensor, flat, ...) for ``--repeats`` rounds of ``--iters`` calls each:
 
 - "engine": ``OverlappedFusedAllreduce``, the engine ``algorithm=sync`` trains with, built on

@@ -11,12 +11,12 @@ command from this process:
   sweepN   one scalestudy sweep of N runs of it (+params.i=0..N-1)
 
 On a scheduler site (``--site local_slurm``, the Parsl path every real site takes) the
-by-hand baseline is what a user types there: ``bare1`` is ``sbatch --wait`` of a batch script
-that runs the command with ``srun`` (the site's launcher options and env), ``bareN`` one
-such batch job running it N times in a row (the sweep's ``allocation: per_size`` also puts a
-node count's runs in one batch job). Both sides pay Slurm's scheduling; the difference is
-what scalestudy adds (Hydra, Parsl's provider, interchange and worker, the per-rank wrapper,
-ingestion).
+by-hand baseline is what a user types there: ``bare1`` is ``srun`` of the command from the
+login node (the site's launcher options and env; it allocates, runs, returns), ``bareN``
+one ``salloc`` running it N times in a row (the sweep's ``allocation: per_size`` also puts a
+node count's runs in one batch job). Both sides pay Slurm's allocation; the difference is
+what scalestudy adds (Hydra, Parsl's provider, batch script, interchange and worker, the
+per-rank wrapper, ingestion).
 
 Overhead per run = (sweep1 - bare1) and (sweep10 - bare10) / 10. Goals on a 2-core
 machine: <= 3 s for a one-run sweep, <= 1 s per run amortised over 10 runs. The sweeps
@@ -66,8 +66,9 @@ def main() -> None:
         (work / "bare" / "spec.json").write_text(json.dumps(spec))
         bare_cmd = [str(BIN / "mpiexec"), "-n", str(args.ranks), "python", "-m", "workloads",
                     str(work / "bare" / "spec.json")]
+    bare_env: dict[str, str] = {}
     if args.site != "local":
-        bare_cmd, bare_many = _slurm_baseline(args, work)
+        bare_cmd, bare_many, bare_env = _slurm_baseline(args, work)
     else:
         bare_many = None
     phases_file = work / "phases.jsonl"
@@ -93,9 +94,10 @@ def main() -> None:
 
     n = args.sweep_runs
     variants = {
-        "bare1": lambda: timed(bare_cmd),
+        "bare1": lambda: timed(bare_cmd, bare_env),
         "sweep1": lambda: timed(sweep(1), {"SCALESTUDY_PHASES": str(phases_file)}),
-        f"bare{n}": (lambda: timed(bare_many(n))) if bare_many else (lambda: sum(timed(bare_cmd) for _ in range(n))),
+        f"bare{n}": (lambda: timed(bare_many(n), bare_env)) if bare_many else
+        (lambda: sum(timed(bare_cmd) for _ in range(n))),
         f"sweep{n}": lambda: timed(sweep(n), {"SCALESTUDY_PHASES": str(phases_file)}),
     }
     timed(sweep(1))  # creates and migrates the database once, outside the measurement
@@ -140,8 +142,10 @@ def main() -> None:
 
 
 def _slurm_baseline(args, work: Path):
-    """``sbatch --wait`` of a script running the command under ``srun`` once, or N times in
-    one job: the by-hand runs on a Slurm site, with the site's launcher options and env."""
+    """The by-hand runs on a Slurm site, with the site's launcher options and env: ``srun``
+    from the login node for one run (it allocates, runs and returns), ``salloc`` of one
+    allocation running ``srun`` N times in a row for N. (``sbatch --wait`` was tried first:
+    it polls the job's state every 2 s, so every bare time read 2.01 s whatever the job did.)"""
     import shlex
 
     sys.path.insert(0, str(REPO))
@@ -150,21 +154,18 @@ def _slurm_baseline(args, work: Path):
     site = load_site(args.site)
     if site.provider != "slurm":
         raise SystemExit(f"--site {args.site}: provider {site.provider}: the by-hand baseline is written for Slurm")
+    where = [f"--partition={site.partition}"] if site.partition else []
+    srun = ["srun", *shlex.split(site.launcher_options or ""), "-N", "1", "-n", str(args.ranks), *where,
+            str(BIN / "python"), "-c", PROGRAM]
     exports = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in site.env)
-    srun = " ".join(["srun", *shlex.split(site.launcher_options or ""), "-N", "1", "-n", str(args.ranks),
-                     shlex.quote(str(BIN / "python")), "-c", shlex.quote(PROGRAM)])
 
-    def script(runs: int) -> list[str]:
+    def many(runs: int) -> list[str]:
         path = work / f"bare-{runs}.sh"
         if not path.exists():
-            loop = srun if runs == 1 else f"for i in $(seq {runs}); do {srun}; done"
-            path.write_text(f"#!/bin/bash\n{exports}{loop}\n")
-        cmd = ["sbatch", "--wait", "--quiet", "-N", "1", f"--ntasks={args.ranks}", f"--output={work}/bare-%j.out"]
-        if site.partition:
-            cmd.append(f"--partition={site.partition}")
-        return [*cmd, str(path)]
+            path.write_text(f"#!/bin/bash\nset -e\n{exports}for i in $(seq {runs}); do {shlex.join(srun)}; done\n")
+        return ["salloc", "--quiet", "-N", "1", "-n", str(args.ranks), *where, "bash", str(path)]
 
-    return script(1), script
+    return srun, many, dict(site.env)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,7 @@ def compare(engine, fit, study_runs: dict[str, list[int]], warmup: int, network=
                          "predicted": pred["throughput"],
                          "band": f"{pred['throughput_low']:.0f}-{pred['throughput_high']:.0f}",
                          "inside": int(inside.sum()), "low": pred["throughput_low"], "high": pred["throughput_high"],
+                         "throughputs": [float(t) for t in group["throughput"]],
                          "error": pred["throughput"] / m - 1,
                          "compute": (pred["compute_seconds"], float(group["compute"].median())),
                          "rest": (pred["wait_seconds"] + pred["comm_seconds"] + pred["crowding_seconds"],
@@ -193,6 +194,24 @@ def fit_small(engine, ids, args) -> None:
     inside = [r for r in rows if r["set"] == "validate-small"]
     if inside:
         print(coverage_line(inside, "in sample"))
+    if inside and out:
+        with_noise(inside, out)
+
+
+def with_noise(inside: list[dict], out: list[dict]) -> None:
+    """Counterfactual: the band widened by how far the fit set's own runs lie from the fit
+    (the 5th and 95th percentiles of measured / predicted throughput over its runs), i.e. a
+    prediction interval for one new run rather than the fit's spread alone."""
+    import numpy as np
+
+    ratios = np.array([r["measured"] / r["predicted"] for r in inside])
+    lo, hi = np.quantile(ratios, [0.05, 0.95])
+    held = runs = 0
+    for r in out:
+        runs += r["runs"]
+        held += sum(1 for t in r["throughputs"] if r["low"] * lo <= t <= r["high"] * hi)
+    print(f"counterfactual: the band x the fit set's measured/predicted spread ({lo:.3f}-{hi:.3f}) holds "
+          f"{held} of {runs} held-out runs ({held / runs:.0%})")
 
 
 def coverage_line(rows: list[dict], label: str, band: float = 0.9) -> str:

@@ -19,7 +19,7 @@ def draw_prediction(predicted: pd.DataFrame, measured: pd.DataFrame, path: Path,
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.fill_between(predicted["ranks"], predicted["throughput_low"], predicted["throughput_high"], alpha=0.25,
-                    color="C0", label=f"{band:.0%} band (bootstrap: runs drawn whole, every term refitted)")
+                    color="C0", label=f"{band:.0%} fit band (runs resampled; not a prediction interval)")
     ax.plot(predicted["ranks"], predicted["throughput"], "-", color="C0", marker=".", label="predicted")
     if len(measured):
         ax.plot(measured["ranks"], measured["throughput"], "o", color="C1", mfc="none", label="measured runs (fitted)")

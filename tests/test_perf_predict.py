@@ -181,6 +181,8 @@ def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
     rows = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
     assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16] and [int(r[1]) for r in rows] == [4, 8, 16, 32, 64]
     assert "network of site theta" in out.stdout
+    # the band says what it is: the fit's spread, not a range a new run falls in
+    assert "the band is the fit's spread over its own runs" in out.stdout and "not a prediction interval" in out.stdout
     table = pd.read_csv(tmp / "fig" / "prediction-sync-theta.csv")
     assert (tmp / "fig" / "prediction-sync-theta.png").stat().st_size > 10_000
     # the CLI's numbers are predict()'s, on the stored fit and Theta's network

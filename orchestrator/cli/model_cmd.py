@@ -97,7 +97,7 @@ def model(argv: Sequence[str]) -> int:
     parser.add_argument("--study", required=True)
     parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
     parser.add_argument("--replicates", type=int, default=None,
-                        help="fit: bootstrap refits for the prediction band (default 100; 0: none)")
+                        help="fit: bootstrap refits for the fit's band (default 100; 0: none)")
     parser.add_argument("--nodes", default=None, help="predict: node counts, e.g. 8,16,...,1024 (default: 1,2,...,64)")
     parser.add_argument("--ranks", default=None, help="predict: rank counts instead of nodes (one node each)")
     parser.add_argument("--workers-per-node", type=int, default=None,
@@ -299,8 +299,10 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
             print(f"note ({name}): {note}")
     for note in shape["notes"]:
         print(f"note ({algorithm}): {note}")
-    print("the band is the fit's sampling spread (steps resampled), not the model's error at scale: "
-          "benchmarks/RESULTS.md measures that")
+    print("the band is the fit's spread over its own runs (runs resampled, every term refitted), not a "
+          "prediction interval: it leaves out how far one new run lands and any error of the model's form at "
+          "scale; on held-out sizes here it held 38 % of runs (benchmarks/RESULTS.md), so read it as the fit's "
+          "uncertainty, not as a range a run will fall in")
 
 
 def _draw(args, engine, fit, algorithm: str, table, site, band: float, unvalidated: str = "") -> int:
