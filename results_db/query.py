@@ -73,6 +73,16 @@ def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None 
         return pd.read_sql(stmt.order_by(Event.run_id, Event.rank, Event.t0), conn)
 
 
+def timeline_sizes(engine: Engine, run_ids: Sequence[int]) -> dict[int, int]:
+    """Run id -> number of timeline events, for the runs that have any (``timeline=true``)."""
+    from sqlalchemy import func
+
+    stmt = (select(Event.run_id, func.count()).where(Event.run_id.in_(plain_ids(run_ids)))
+            .group_by(Event.run_id).order_by(Event.run_id))
+    with engine.connect() as conn:
+        return {int(r): int(n) for r, n in conn.execute(stmt)}
+
+
 def step_stats(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """Per-step arrival skew, hidden allreduce fraction and update delay, derived from the timeline."""
     stmt = select(StepStat).where(StepStat.run_id.in_(plain_ids(run_ids))).order_by(StepStat.run_id, StepStat.step)

@@ -24,6 +24,7 @@ from . import page, provenance, tables
 from .tables import ReportError
 
 FIGURE_FORMATS = ("png", "pdf")
+TIMELINE_DIR = "timelines"
 _MARKER = '<meta name="generator" content="scalestudy report">'
 _MARKER_FILE = ".scalestudy-report"   # written first: a build stopped half-way is still ours to replace
 
@@ -109,6 +110,8 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
         for stale in (out / "configurations.csv", fig_dir / "manifest.json"):
             stale.unlink(missing_ok=True)
     _remove_stale(fig_dir, results)
+    timelines = write_timelines(engine, out / TIMELINE_DIR, [int(i) for i in planned["run_id"]] if not planned.empty
+                                else [], labels=_labels(planned))
     _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
     axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
     html = page.render(
@@ -116,9 +119,38 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
         varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
         figures=[_figure_entry(r) for r in results if not r.skipped],
         skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
-        failures=failures, provenance=prov)
+        failures=failures, provenance=prov, timelines=timelines)
     index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return Report(index, tuple(results), configurations, failures)
+
+
+def _labels(planned: pd.DataFrame) -> dict[int, str]:
+    """Run id -> its configuration in a few words, for the timelines' list."""
+    shown = [c for c in ("nodes", "workers_per_node", "batch_size", "algorithm") if c in planned]
+    return {int(r["run_id"]): " ".join(f"{c}={r[c]}" for c in shown) for _, r in planned.iterrows()}
+
+
+def write_timelines(engine: Engine, folder: Path, run_ids: list[int], labels: dict[int, str]) -> list[dict]:
+    """Each run with a timeline (``timeline=true``) as Chrome trace-event JSON in ``folder``
+    (``results_db.chrome_trace``), for Perfetto; the entries the page lists. Files of runs
+    no longer there are removed."""
+    from ..chrome_trace import write_chrome_trace
+
+    sizes = query.timeline_sizes(engine, run_ids) if run_ids else {}
+    if not sizes and not folder.exists():
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    keep = {f"run-{r}.json" for r in sizes}
+    for path in folder.glob("run-*.json"):
+        if path.name not in keep:
+            path.unlink()
+    entries = []
+    for run_id, events in sizes.items():
+        path = folder / f"run-{run_id}.json"
+        _atomic(path, lambda tmp, r=run_id: write_chrome_trace(engine, r, tmp))
+        entries.append({"run_id": run_id, "label": labels.get(run_id, ""), "events": events,
+                        "href": f"{TIMELINE_DIR}/{path.name}", "mb": path.stat().st_size / 1e6})
+    return entries
 
 
 def _figure_entry(result: catalog.FigureResult) -> dict:

@@ -104,7 +104,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
 
 def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.DataFrame, table: pd.DataFrame,
            varying: list[str], baseline: str | None, table_notes: list[str], figures: list[dict],
-           skipped: list[dict], failures: pd.DataFrame, provenance: Provenance) -> str:
+           skipped: list[dict], failures: pd.DataFrame, provenance: Provenance,
+           timelines: list[dict] | None = None) -> str:
     heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
     legend = ("Throughput, speedup and accuracy are the mean ± standard deviation over a configuration's "
               "repeats (runs that differ only in seed or repeat index). Efficiency is speedup × baseline ranks "
@@ -117,4 +118,4 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
         study=study, summary=summary, where=where, axes=axes_rows, fixed=fixed, table_notes=table_notes,
         config_heads=heads,
         configurations=rows, config_legend=legend, figures=figures, skipped=skipped,
-        failures=failures.to_dict("records"), provenance=provenance)
+        failures=failures.to_dict("records"), provenance=provenance, timelines=timelines or [])

@@ -1,0 +1,43 @@
+"""``scalestudy timeline RUN_ID``: a run's timeline as Chrome trace-event JSON, for Perfetto
+(ui.perfetto.dev) or ``chrome://tracing`` (the layout: ``results_db.chrome_trace``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+
+
+def timeline(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy timeline",
+        description="Write a run's timeline (timeline=true runs; every run has its steps) as Chrome trace-event "
+                    "JSON: one process per rank, one track per phase and per tensor or fused buffer, each step a "
+                    "slice. Open it at ui.perfetto.dev or chrome://tracing.")
+    parser.add_argument("run_id", type=int, metavar="RUN_ID", help="the run (scalestudy query shows run ids)")
+    parser.add_argument("--out", default=None, help="the file (default: timeline-RUN_ID.json)")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db.chrome_trace import TraceError, write_chrome_trace
+
+    out = Path(args.out or f"timeline-{args.run_id}.json")
+    if not out.parent.is_dir():
+        return fail(f"--out {out}: folder {out.parent} does not exist")
+    try:
+        engine = open_for_reading(args.db)
+    except (NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    began = time.perf_counter()
+    try:
+        events = write_chrome_trace(engine, args.run_id, out)
+    except TraceError as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"--out {out}: {exc.strerror or exc}")
+    print(f"{out}: run {args.run_id}, {events} timeline event(s) and its steps, in "
+          f"{time.perf_counter() - began:.1f} s; open it at https://ui.perfetto.dev or chrome://tracing")
+    return 0
