@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from workloads.run_folder import STEP_PHASES
+
 from . import query
 
 STEP_TRACK = 0
@@ -36,7 +38,7 @@ class TraceError(ValueError):
 
 
 def _step_seconds(steps: pd.DataFrame) -> np.ndarray:
-    phases = steps[["data", "forward", "backward", "comm_wait", "update"]].fillna(0.0).sum(axis=1)
+    phases = steps[list(STEP_PHASES)].fillna(0.0).sum(axis=1)   # as perf_model.measured reads a step
     seconds = steps["seconds"] if "seconds" in steps else pd.Series(np.nan, index=steps.index)
     return seconds.fillna(phases).to_numpy(dtype=float)
 

@@ -63,7 +63,7 @@ def test_every_sql_event_appears_once_with_its_times(study):
     for st in steps:
         e = slices[(st.rank, st.step)]
         assert e["tid"] == 0 and origin + e["ts"] / US == pytest.approx(st.t_start, abs=1e-9)
-        phases = st.data + st.forward + st.backward + st.comm_wait + st.update
+        phases = st.data + st.forward + (st.delay or 0.0) + st.backward + st.comm_wait + st.update
         assert e["dur"] / US == pytest.approx(st.seconds if st.seconds is not None else phases, abs=1e-9)
 
 

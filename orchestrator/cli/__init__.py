@@ -26,6 +26,8 @@ commands:
   report --study S [--out DIR] [--baseline AXIS=VALUE]
                                     one self-contained HTML folder: sweep, tables, figures, failures, provenance
   timeline RUN_ID [--out FILE]      a run's timeline as Chrome trace-event JSON (Perfetto, chrome://tracing)
+  export mlflow --study S --tracking-uri URI
+                                    a study's runs as MLflow runs (one experiment per study; again adds nothing twice)
   ingest [PATH ...]                 ingest finished runs the database is missing (run folders, or all known)
   sites [--check SITE]              the site configs this install knows; --check: the MPI a site's runs would use
   profile RUN_ID [...] [-o FILE]    finished runs' compute profile, for compute=emulated runs
@@ -42,7 +44,7 @@ commands:
 # command -> "module:function" of this package, imported when the command runs
 COMMANDS = {"sweep": "sweep_cmd:sweep", "status": "results_cmd:status", "query": "results_cmd:query",
             "compare": "results_cmd:compare", "figures": "results_cmd:figures", "report": "results_cmd:report",
-            "timeline": "timeline_cmd:timeline",
+            "timeline": "timeline_cmd:timeline", "export": "export_cmd:export",
             "ingest": "admin_cmd:ingest", "sites": "admin_cmd:sites", "db": "admin_cmd:db",
             "profile": "model_cmd:profile", "model": "model_cmd:model", "plan": "plan_cmd:plan"}
 
