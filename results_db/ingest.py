@@ -170,6 +170,7 @@ class _RunTotals:
         self.gpus: set[tuple[str, str]] = set()   # (host, GPU uuid or visible index)
         self.peak_memory: list[float] = []
         self.utilization: list[float] = []
+        self.energy: dict[str, dict[str, Any]] = {}   # hostname -> its reading (the host's first rank's)
 
     def add_rank(self, start: dict[str, Any]) -> str:
         """Count a rank's ``run_start``; returns the node it ran on."""
@@ -198,6 +199,33 @@ class _RunTotals:
             self.peak_memory.append(summary["gpu_peak_memory_bytes"] / 2**20)
         if isinstance(summary.get("gpu_utilization"), (int, float)):
             self.utilization.append(float(summary["gpu_utilization"]))
+        reading = summary.get("energy")
+        if isinstance(reading, dict) and reading.get("host"):
+            # one reading per machine: virtual nodes of one host each read the same counter
+            self.energy.setdefault(str(reading["host"]), reading)
+
+    def energy_of_run(self) -> dict[str, Any]:
+        """The run's energy columns: joules summed over its hosts, mean watts per host; missing
+        (with the reason) where a host had no counter or lost it mid-run."""
+        if not self.energy:
+            return {}
+        readings = list(self.energy.values())
+        out: dict[str, Any] = {"energy_source": ",".join(sorted({str(r.get("source")) for r in readings})),
+                               "energy_kind": "measured" if all(r.get("kind") == "measured" for r in readings)
+                               else "estimated"}
+        unknown = [r for r in readings if not isinstance(r.get("joules"), (int, float))]
+        silent = sorted(set(self.host_ranks) - set(self.energy))
+        if unknown:
+            out["energy_note"] = f"{unknown[0]['host']}: {unknown[0].get('note') or 'no reading'}"
+        elif silent:
+            out["energy_note"] = f"no energy counter on {', '.join(silent)} ({len(self.energy)} of " \
+                                 f"{len(self.host_ranks)} hosts read)"
+        else:
+            joules = sum(float(r["joules"]) for r in readings)
+            seconds = sum(float(r["seconds"]) for r in readings) / len(readings)
+            out["energy_joules"] = joules
+            out["energy_watts"] = joules / seconds / len(readings) if seconds > 0 else None
+        return out
 
     @property
     def fewest_cpus(self) -> int | None:
@@ -273,6 +301,8 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     run.gpus = len(totals.gpus) or None
     run.gpu_peak_memory_mb = max(totals.peak_memory) if totals.peak_memory else None
     run.gpu_utilization = sum(totals.utilization) / len(totals.utilization) if totals.utilization else None
+    for name, value in totals.energy_of_run().items():
+        setattr(run, name, value)
     if result.get("kind") == "command" and totals.last_eval:  # a command that reported evaluations
         run.final_top1 = run.final_top1 if run.final_top1 is not None else totals.last_eval.get("top1")
         run.final_loss = run.final_loss if run.final_loss is not None else totals.last_eval.get("loss")

@@ -103,6 +103,13 @@ runs_table = Table(
     # run's wall_seconds checks the prediction (``model predict`` shows how far off it was)
     Column("predicted_seconds", Float),
     Column("predicted_by_fit", Integer),
+    # the energy its hosts drew over the run, from their counters (workloads/energy.py); null
+    # where no host had one or a counter was lost (energy_note says why): never a TDP guess
+    Column("energy_joules", Float),
+    Column("energy_watts", Float),                            # mean watts per host over the run
+    Column("energy_source", String(64)),                      # pm_counters, rapl, nvml
+    Column("energy_kind", String(16)),                        # measured
+    Column("energy_note", Text),
     Column("throughput", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from . import report
+from .energy import HostEnergy, open_meter
 from .failure import SETUP, record_failure
 from .metrics import cpu_affinity
 from .placement import bind_gpu, launcher_ranks, visible_gpus
@@ -114,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                                                 "cpus": cpu_affinity()})
     out_path = rank_output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:   # the host's first rank reads its energy counters (workloads/energy.py)
+        energy = HostEnergy(open_meter(device=spec.device)) if local_rank == 0 else None
+    except ValueError as exc:
+        return _cannot_start(run_dir, rank, metrics, f"workloads: rank {rank}: {exc}", 2)
     t0 = time.monotonic()
     try:
         child = subprocess.Popen(program, env=env, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -134,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     code = code if code >= 0 else 128 - code   # killed by signal N: 128 + N, as a shell reports it
     if code != 0 and not abort_file.exists():
         abort_file.write_text(f"rank {rank} exited with {code}\n")   # tell the other ranks
+    reading = energy.stop() if energy is not None else None
     report.append_record(metrics, "run_end", {"status": "done" if code == 0 else "failed", "exit_code": code,
-                                              "seconds": time.monotonic() - t0, "t": time.time()})
+                                              "seconds": time.monotonic() - t0, "t": time.time(),
+                                              **({"summary": {"energy": reading.to_dict()}} if reading else {})})
     return code
 
 

@@ -25,6 +25,7 @@ from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
 from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
+from .energy import start_host_energy
 from .imbalance import DelayInjector
 from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
@@ -103,13 +104,22 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
         node=node_name(), job_id=scheduler_job_id(), threads=torch.get_num_threads(), cpus=cpu_affinity(),
         clock_offset=clock.offset, t=clock.now(), versions=versions, gpu=gpu,
     )
+    energy = None
     try:
+        try:   # the host's first rank reads its energy counters (workloads/energy.py)
+            energy = start_host_energy(comm, spec.device)
+        except ValueError as exc:   # SCALESTUDY_ENERGY names no source: the site's configuration
+            raise SetupError(str(exc)) from exc
         outcome = _train_loop(spec, comm, clock, writer, Path(run_dir), device)
     except BaseException as exc:
+        if energy is not None:
+            energy.stop()
         writer.run_end(status="failed", error=f"{type(exc).__name__}: {exc}", t=clock.now())
         writer.close()
         raise
-    writer.run_end(status="done", t=clock.now(), summary=outcome.summary["rank_summary"])
+    reading = energy.stop() if energy is not None else None
+    summary = {**outcome.summary["rank_summary"], **({"energy": reading.to_dict()} if reading else {})}
+    writer.run_end(status="done", t=clock.now(), summary=summary)
     writer.close()
     comm.Barrier()
     if rank == 0:

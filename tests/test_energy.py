@@ -1,0 +1,219 @@
+"""Energy per run (workloads/energy.py): the counters' documented formats on recorded sysfs
+trees (a Cray EX node's pm_counters, Linux RAPL with its wrap-around, a counter that goes
+missing or restarts mid-run), NVML through a stand-in of its three calls (no GPU here), the
+run's columns from its hosts' readings, and whole runs whose host reads a recorded
+pm_counters tree while a thread advances it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import scalestudy
+from workloads.energy import CounterLost, HostEnergy, Nvml, PmCounters, Rapl, open_meter
+
+
+def _pm_tree(root: Path, joules: int, generation: int = 7) -> Path:
+    folder = root / "sys" / "cray" / "pm_counters"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "energy").write_text(f"{joules} J 1633005478452553 us\n")
+    (folder / "power").write_text("312 W 1633005478452553 us\n")
+    (folder / "generation").write_text(f"{generation}\n")
+    return folder
+
+
+def _rapl_tree(root: Path, values: dict[str, int], span: int = 1000) -> Path:
+    base = root / "sys" / "class" / "powercap"
+    for name, value in values.items():
+        d = base / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "energy_uj").write_text(f"{value}\n")
+        (d / "max_energy_range_uj").write_text(f"{span}\n")
+        (d / "name").write_text("package-0\n" if name.count(":") == 1 else "dram\n")
+    return base
+
+
+def test_pm_counters_interval_and_loss(tmp_path):
+    folder = _pm_tree(tmp_path, 1000)
+    host = HostEnergy(PmCounters(tmp_path), host="nid001")
+    (folder / "energy").write_text("1250 J 1633005478552553 us\n")
+    reading = host.stop()
+    assert (reading.joules, reading.source, reading.kind, reading.host) == (250.0, "pm_counters", "measured", "nid001")
+    # the counters restarted (generation changed): the interval is unknown, not negative or huge
+    _pm_tree(tmp_path, 1000)
+    host = HostEnergy(PmCounters(tmp_path))
+    _pm_tree(tmp_path, 20, generation=8)
+    lost = host.stop()
+    assert lost.joules is None and "restarted" in lost.note
+    # the file goes missing mid-run
+    _pm_tree(tmp_path, 1000)
+    host = HostEnergy(PmCounters(tmp_path))
+    (folder / "energy").unlink()
+    gone = host.stop()
+    assert gone.joules is None and "energy" in gone.note
+    with pytest.raises(CounterLost, match="is not '<value> J"):
+        (folder / "energy").write_text("garbage\n")
+        PmCounters(tmp_path).sample()
+
+
+def test_rapl_packages_wrap_and_subdomains(tmp_path):
+    """Two packages, a sub-domain (DRAM, part of package 0: not added), range 1000 µJ: package
+    0 goes 900 -> 100 (one wrap: 200 µJ), package 1 10 -> 60 (50 µJ)."""
+    base = _rapl_tree(tmp_path, {"intel-rapl:0": 900, "intel-rapl:1": 10, "intel-rapl:0:0": 5})
+    meter = Rapl(tmp_path)
+    assert meter.domains == 2
+    host = HostEnergy(meter, wrap_sample_seconds=3600)
+    (base / "intel-rapl:0" / "energy_uj").write_text("100\n")
+    (base / "intel-rapl:1" / "energy_uj").write_text("60\n")
+    (base / "intel-rapl:0:0" / "energy_uj").write_text("999\n")
+    assert host.stop().joules == pytest.approx(250e-6)
+    # two wraps between start and end are seen only if sampled between them: the sampler's job
+    base = _rapl_tree(tmp_path / "b", {"intel-rapl:0": 100})
+    meter = Rapl(tmp_path / "b")
+    first = meter.sample()
+    for value in (900, 300, 800, 200):          # 800 + 400 + 500 + 400 µJ, two wraps
+        (base / "intel-rapl:0" / "energy_uj").write_text(f"{value}\n")
+        last = meter.sample()
+    assert meter.joules(first, last) == pytest.approx(2100e-6)
+
+
+def test_rapl_sampler_thread_counts_wraps(tmp_path):
+    base = _rapl_tree(tmp_path, {"intel-rapl:0": 0}, span=1000)
+    host = HostEnergy(Rapl(tmp_path), wrap_sample_seconds=0.05)
+    for value in (600, 100, 700, 200):          # each step seen by the sampler: 600+500+600+500 µJ
+        (base / "intel-rapl:0" / "energy_uj").write_text(f"{value}\n")
+        time.sleep(0.3)
+    assert host.stop().joules == pytest.approx(2200e-6)
+
+
+def test_source_choice(tmp_path, monkeypatch):
+    monkeypatch.delenv("SCALESTUDY_ENERGY", raising=False)
+    assert open_meter(root=str(tmp_path)) is None                     # nothing readable: missing, not 0
+    _rapl_tree(tmp_path, {"intel-rapl:0": 5})
+    assert open_meter(root=str(tmp_path)).name == "rapl"
+    _pm_tree(tmp_path, 10)
+    assert open_meter(root=str(tmp_path)).name == "pm_counters"       # the node's counter first
+    assert open_meter("rapl", root=str(tmp_path)).name == "rapl"
+    assert open_meter("none", root=str(tmp_path)) is None
+    with pytest.raises(ValueError, match="SCALESTUDY_ENERGY='watts'"):
+        open_meter("watts", root=str(tmp_path))
+
+
+class _StandInNvml:
+    """The three NVML calls the reader makes, returning recorded values (no GPU here)."""
+
+    def __init__(self, energies_mj: list[list[int]]) -> None:
+        self.energies = energies_mj
+        self.row = 0      # which recorded reading the next calls return
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.energies[0])
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return self.energies[self.row][handle]
+
+
+def test_nvml_sums_visible_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
+    nvml = _StandInNvml([[1000, 50, 2000, 7], [4000, 60, 2500, 8]])
+    meter = Nvml(nvml)
+    assert meter.domains == 2
+    first = meter.sample()
+    nvml.row = 1
+    last = meter.sample()
+    assert meter.joules(first, last) == pytest.approx((3000 + 500) / 1e3)   # GPUs 0 and 2 only
+    nvml.row = 0
+    with pytest.raises(CounterLost, match="went backwards"):
+        meter.joules(last, meter.sample())
+
+
+def test_run_columns_from_host_readings():
+    from results_db.ingest import _RunTotals
+
+    def totals(readings, hosts):
+        t = _RunTotals()
+        for h in hosts:
+            t.add_rank({"host": h, "node": h})
+        for r in readings:
+            t.add_end({"summary": {"energy": r}})
+        return t.energy_of_run()
+
+    a = {"host": "a", "source": "rapl", "joules": 300.0, "seconds": 10.0, "kind": "measured"}
+    b = {"host": "b", "source": "rapl", "joules": 500.0, "seconds": 10.0, "kind": "measured"}
+    both = totals([a, b, dict(a)], ["a", "b"])         # a's second rank read the same host: counted once
+    assert both["energy_joules"] == 800.0 and both["energy_watts"] == pytest.approx(40.0)
+    assert both["energy_kind"] == "measured" and both["energy_source"] == "rapl"
+    half = totals([a], ["a", "b"])
+    assert "energy_joules" not in half and "no energy counter on b" in half["energy_note"]
+    lost = totals([a, {**b, "joules": None, "note": "pm_counters restarted"}], ["a", "b"])
+    assert "energy_joules" not in lost and "restarted" in lost["energy_note"]
+    assert totals([], ["a"]) == {}
+
+
+@pytest.mark.skipif(not Path("/sys/class/powercap/intel-rapl:0/energy_uj").is_file(),
+                    reason="this machine exposes no RAPL counter (/sys/class/powercap)")
+def test_real_rapl_counts_up():
+    host = HostEnergy(Rapl(Path("/")), wrap_sample_seconds=3600)
+    sum(i * i for i in range(3_000_000))
+    reading = host.stop()
+    assert reading.joules is not None and reading.joules > 0
+
+
+@pytest.mark.mpi
+def test_runs_record_their_hosts_energy(tmp_path):
+    """A built-in run and a command run on the local site, whose host reads a recorded
+    pm_counters tree that a thread advances by 10 J every 20 ms: each run stores joules
+    within what the thread added while it ran, one reading for its one host."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from results_db import connect
+    from results_db.schema import RankSummary, Run
+
+    folder = _pm_tree(tmp_path / "tree", 0)
+    stop, value = threading.Event(), [0]
+
+    def advance():
+        while not stop.wait(0.02):
+            value[0] += 10
+            tmp = folder / ".energy"
+            tmp.write_text(f"{value[0]} J 1633005478452553 us\n")
+            tmp.replace(folder / "energy")
+
+    thread = threading.Thread(target=advance, daemon=True)
+    thread.start()
+    env = {"SCALESTUDY_ENERGY_ROOT": str(tmp_path / "tree")}
+    try:
+        builtin = scalestudy("sweep", "site=local", "nodes=1", "workers_per_node=2", "epochs=1", "steps_per_epoch=3",
+                             "study_name=energy", f"hydra.sweep.dir={tmp_path / 'a'}", cwd=tmp_path, env=env)
+        command = scalestudy("sweep", "site=local", "nodes=1", "workers_per_node=2", "study_name=energy",
+                             "workload.kind=command", "workload.command=[python,-c,'import time; time.sleep(1)']",
+                             f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path, env=env)
+    finally:
+        stop.set()
+        thread.join()
+    assert builtin.returncode == 0, builtin.stderr[-3000:]
+    assert command.returncode == 0, command.stderr[-3000:]
+    engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
+    with Session(engine) as s:
+        runs = s.scalars(select(Run)).all()
+        assert len(runs) == 2
+        for run in runs:
+            assert run.energy_source == "pm_counters" and run.energy_kind == "measured", run.energy_note
+            # at least the second the command slept, at 500 W; at most all the thread added
+            assert 0 < run.energy_joules <= value[0]
+            assert 0 < run.energy_watts <= 550       # the thread's 500 W at most (it sleeps 20 ms a step, or more)
+            readings = [r.summary["energy"] for r in s.scalars(select(RankSummary).where(RankSummary.run_id == run.id))
+                        if isinstance(r.summary, dict) and "energy" in r.summary]
+            assert len(readings) == 1          # one reader per host, not per rank
+        slept = next(r for r in runs if r.workload_kind == "command")
+        assert slept.energy_joules >= 0.5 * 500     # 10 J / 20 ms = 500 W for at least the 1 s sleep

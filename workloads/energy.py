@@ -1,0 +1,247 @@
+"""The energy a run's hosts drew, read from the counters the node exposes: one reader per
+host (the first rank on it), sampled when the run starts and when it ends.
+
+Sources, tried in this order by ``SCALESTUDY_ENERGY=auto`` (the default; a site chooses with
+``env: {SCALESTUDY_ENERGY: rapl}`` in its YAML, ``none`` turns it off):
+
+- ``pm_counters``: HPE Cray EX node counters (Perlmutter, Frontier), ``/sys/cray/pm_counters/
+  energy``: the node's joules as ``"<value> J <timestamp> us"`` (about 10 Hz), and
+  ``generation``, which changes when the counters restart: then the interval is unknown;
+- ``rapl``: Linux powercap, ``/sys/class/powercap/intel-rapl:N/energy_uj`` per CPU package
+  (its sub-domains, ``intel-rapl:N:M``, are parts of it and not added again), a counter that
+  wraps at ``max_energy_range_uj``: a sampler thread reads it every ``WRAP_SAMPLE_SECONDS``
+  so that no wrap goes unseen (one wrap of a 262 kJ range takes about 45 min at 100 W);
+- ``nvml``: each visible GPU's total energy since its driver loaded (mJ,
+  ``nvmlDeviceGetTotalEnergyConsumption``): the GPUs only, not the node.
+
+A reading is *measured* (a counter of the hardware), never a TDP guess; where no source is
+readable the energy is missing, and where a counter goes missing or restarts mid-run it is
+missing too, with the reason. ``SCALESTUDY_ENERGY_ROOT`` points the sysfs readers at another
+root (a recorded tree, for tests).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SOURCES = ("auto", "pm_counters", "rapl", "nvml", "none")
+ENERGY_ENV, ROOT_ENV = "SCALESTUDY_ENERGY", "SCALESTUDY_ENERGY_ROOT"
+WRAP_SAMPLE_SECONDS = 30.0
+_PM = re.compile(r"^\s*(\d+)\s*J\b")
+
+
+class CounterLost(Exception):
+    """A counter vanished, became unreadable or restarted: the interval's energy is unknown."""
+
+
+@dataclass
+class EnergyReading:
+    host: str
+    source: str
+    joules: float | None      # None: unknown (``note`` says why)
+    seconds: float
+    domains: int              # packages, GPUs or nodes read
+    kind: str = "measured"
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Meter(ABC):
+    """A cumulative energy counter of this host."""
+
+    name: str = ""
+
+    @abstractmethod
+    def sample(self) -> Any:
+        """The counter's state now (opaque; raises ``CounterLost``)."""
+
+    @abstractmethod
+    def joules(self, first: Any, last: Any) -> float:
+        """Energy between two samples (raises ``CounterLost``)."""
+
+    domains: int = 1
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise CounterLost(f"{path}: {exc.strerror or exc}") from None
+
+
+class PmCounters(Meter):
+    name = "pm_counters"
+
+    def __init__(self, root: Path) -> None:
+        self.folder = root / "sys" / "cray" / "pm_counters"
+        if not (self.folder / "energy").is_file():
+            raise FileNotFoundError(self.folder / "energy")
+
+    def sample(self) -> tuple[int, str]:
+        text = _read(self.folder / "energy")
+        match = _PM.match(text)
+        if not match:
+            raise CounterLost(f"{self.folder / 'energy'}: {text.strip()!r} is not '<value> J ...'")
+        generation = _read(self.folder / "generation").strip() if (self.folder / "generation").exists() else ""
+        return int(match.group(1)), generation
+
+    def joules(self, first, last) -> float:
+        if first[1] != last[1]:
+            raise CounterLost(f"pm_counters restarted during the run (generation {first[1]} -> {last[1]})")
+        if last[0] < first[0]:
+            raise CounterLost(f"pm_counters went backwards ({first[0]} -> {last[0]} J)")
+        return float(last[0] - first[0])
+
+
+class Rapl(Meter):
+    name = "rapl"
+
+    def __init__(self, root: Path) -> None:
+        base = root / "sys" / "class" / "powercap"
+        self.packages = sorted(p for p in base.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name)
+                               and (p / "energy_uj").is_file())
+        if not self.packages:
+            raise FileNotFoundError(base / "intel-rapl:0" / "energy_uj")
+        self.ranges = [int(_read(p / "max_energy_range_uj")) for p in self.packages]
+        self.domains = len(self.packages)
+        self._lock = threading.Lock()
+        self._total = 0.0                    # µJ accumulated since the first sample
+        self._last: list[int] | None = None
+
+    def _raw(self) -> list[int]:
+        try:
+            return [int(_read(p / "energy_uj")) for p in self.packages]
+        except ValueError as exc:
+            raise CounterLost(f"rapl: {exc}") from None
+
+    def sample(self) -> float:
+        """Accumulated µJ, each package's wrap undone (a package's counter restarts at 0 past
+        its range: a smaller value than the last read means one wrap)."""
+        raw = self._raw()
+        with self._lock:
+            if self._last is not None:
+                for now, before, span in zip(raw, self._last, self.ranges):
+                    self._total += now - before if now >= before else now + span - before
+            self._last = raw
+            return self._total
+
+    def joules(self, first, last) -> float:
+        return (last - first) / 1e6
+
+
+class Nvml(Meter):
+    name = "nvml"
+
+    def __init__(self, nvml=None) -> None:
+        if nvml is None:
+            import pynvml as nvml   # the [gpu] extra (nvidia-ml-py)
+        self.nvml = nvml
+        nvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        count = nvml.nvmlDeviceGetCount()
+        indices = [int(i) for i in visible.split(",") if i.strip().isdigit()] if visible else list(range(count))
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices if i < count]
+        if not self.handles:
+            raise FileNotFoundError("no GPU visible to NVML")
+        self.domains = len(self.handles)
+
+    def sample(self) -> list[int]:
+        try:
+            return [int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles]
+        except Exception as exc:   # noqa: BLE001 - NVMLError_* and friends
+            raise CounterLost(f"nvml: {exc}") from None
+
+    def joules(self, first, last) -> float:
+        if any(b < a for a, b in zip(first, last)):
+            raise CounterLost("nvml: a GPU's energy counter went backwards (driver reloaded?)")
+        return sum(b - a for a, b in zip(first, last)) / 1e3
+
+
+def open_meter(source: str | None = None, root: str | None = None, device: str = "cpu") -> Meter | None:
+    """The host's meter for ``source`` (``auto``: pm_counters, else RAPL, else NVML on a GPU
+    run), or None when none is readable."""
+    source = (source or os.environ.get(ENERGY_ENV) or "auto").strip()
+    if source not in SOURCES:
+        raise ValueError(f"{ENERGY_ENV}={source!r}: expected one of {', '.join(SOURCES)}")
+    base = Path(root or os.environ.get(ROOT_ENV) or "/")
+    order = {"auto": ["pm_counters", "rapl"] + (["nvml"] if device == "cuda" else []), "none": []}.get(source, [source])
+    for name in order:
+        try:
+            meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml()}[name]()
+            meter.sample()     # readable now (RAPL's energy_uj is root-only on many kernels)
+            return meter
+        except (OSError, ImportError, CounterLost, ValueError, RuntimeError):
+            continue
+        except Exception:      # noqa: BLE001 - NVML's own errors when no driver is loaded
+            continue
+    return None
+
+
+class HostEnergy:
+    """The energy of this host over the run: started and stopped by the host's first rank."""
+
+    def __init__(self, meter: Meter | None, host: str | None = None,
+                 wrap_sample_seconds: float = WRAP_SAMPLE_SECONDS) -> None:
+        self.meter, self.host = meter, host or socket.gethostname()
+        self._note: str | None = None
+        self._stop = threading.Event()
+        self._began = time.monotonic()
+        self._first = None
+        self._thread: threading.Thread | None = None
+        if meter is None:
+            return
+        try:
+            self._first = meter.sample()
+        except CounterLost as exc:
+            self._note = str(exc)
+            return
+        if isinstance(meter, Rapl):
+            self._thread = threading.Thread(target=self._keep, args=(wrap_sample_seconds,), daemon=True,
+                                            name="energy-sampler")
+            self._thread.start()
+
+    def _keep(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self.meter.sample()
+            except CounterLost as exc:
+                self._note = self._note or str(exc)
+                return
+
+    def stop(self) -> EnergyReading | None:
+        """The reading (None where the host has no meter)."""
+        if self.meter is None:
+            return None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        seconds = time.monotonic() - self._began
+        joules = None
+        if self._note is None:
+            try:
+                joules = self.meter.joules(self._first, self.meter.sample())
+            except CounterLost as exc:
+                self._note = str(exc)
+        return EnergyReading(self.host, self.meter.name, joules, seconds, self.meter.domains,
+                             note=self._note if joules is None else None)
+
+
+def start_host_energy(comm, device: str = "cpu") -> HostEnergy | None:
+    """On the first rank of each host (shared-memory split), a started ``HostEnergy``; None
+    on the others. A bad ``SCALESTUDY_ENERGY`` fails the run at its start."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    first = local.Get_rank() == 0
+    local.Free()
+    return HostEnergy(open_meter(device=device)) if first else None
