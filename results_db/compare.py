@@ -91,6 +91,9 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
     columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
                "speedup_std", "efficiency"]
+    if "energy_joules" in out and out["energy_joules"].notna().any():   # measured by the hosts' counters
+        out = out.assign(energy_kj_mean=out["energy_joules"] / 1e3)
+        columns.append("energy_kj_mean")
     mixed = lambda col: col.map(str) if col.map(type).nunique() > 1 else col  # noqa: E731 - text and numbers
     return out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
 
@@ -119,9 +122,10 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
     runs = runs.assign(_resources=runs["nodes"] * runs["threads_per_node"]
                        if axis == "threads_per_node" and {"nodes", "threads_per_node"} <= set(runs.columns)
                        else runs["world_size"])
+    extra = {"energy_joules": ("energy_joules", "mean")} if "energy_joules" in runs.columns else {}
     per_config = (runs.groupby([*keys, axis], dropna=False)
                   .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
-                       world_size=("world_size", "first"), _resources=("_resources", "first"))
+                       world_size=("world_size", "first"), _resources=("_resources", "first"), **extra)
                   .reset_index())
     base = per_config[per_config[axis] == value][[*match, "mean", "_resources"]]
     if base.empty:

@@ -217,3 +217,42 @@ def test_runs_record_their_hosts_energy(tmp_path):
             assert len(readings) == 1          # one reader per host, not per rank
         slept = next(r for r in runs if r.workload_kind == "command")
         assert slept.energy_joules >= 0.5 * 500     # 10 J / 20 ms = 500 W for at least the 1 s sleep
+
+
+def test_energy_figures_compare_and_report(tmp_path):
+    """Runs at 1 and 2 nodes, 2 repeats each, with stored energy (and one 2-node run without):
+    the figures' tables, compare's column and the report's column against the arithmetic."""
+    import pandas as pd
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from perf_synthetic import write_study
+    from results_db import compare, connect
+    from results_db.figures import catalog
+    from results_db.html_report import build_report
+    from results_db.schema import Run
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    engine = connect(url)
+    ids = write_study(engine, "en", configs=((8, 2), (8, 2), (8, 2), (8, 2), (8, 2)))
+    # nodes 1, 1, 2, 2, 2 (the last without a counter); joules 100, 300 and 400, 600
+    facts = [(1, 100.0), (1, 300.0), (2, 400.0), (2, 600.0), (2, None)]
+    with Session(engine) as s, s.begin():
+        for i, (run_id, (nodes, joules)) in enumerate(zip(ids, facts)):
+            s.execute(update(Run).where(Run.id == run_id).values(
+                nodes=nodes, world_size=2 * nodes, global_batch_size=16 * nodes, repeat=i, steps=10,
+                energy_joules=joules, energy_kind="measured" if joules else None))
+    out = tmp_path / "fig"
+    results = catalog.render_study(engine, "en", out, only=["energy_vs_nodes", "samples_per_joule_vs_nodes"])
+    assert [r.skipped for r in results] == [None, None], results
+    energy = pd.read_csv(out / "energy_vs_nodes.csv").set_index("nodes")
+    assert energy.loc[1, "value_mean"] == pytest.approx(0.2) and energy.loc[2, "value_mean"] == pytest.approx(0.5)
+    assert list(energy["repeats"]) == [2, 2]                       # the run without a counter left out
+    per_joule = pd.read_csv(out / "samples_per_joule_vs_nodes.csv").set_index("nodes")
+    assert per_joule.loc[1, "value_mean"] == pytest.approx((160 / 100 + 160 / 300) / 2)
+    assert per_joule.loc[2, "value_mean"] == pytest.approx((320 / 400 + 320 / 600) / 2)
+    table = compare.compare(engine, "nodes=1", study="en")
+    assert table.set_index("nodes").loc[2, "energy_kj_mean"] == pytest.approx(0.5)
+    build_report(engine, "en", tmp_path / "report", url)
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "energy (kJ, measured)" in page and "samples per joule" in page

@@ -26,7 +26,7 @@ import matplotlib
 import pandas as pd
 from sqlalchemy import Engine
 
-from . import data, derived, draw
+from . import data, derived, draw, energy
 from .notes import figure_notes
 
 FORMATS = ("png", "pdf", "svg")
@@ -190,6 +190,19 @@ CATALOG: tuple[FigureSpec, ...] = (
                caption="Seconds until a configuration's runs first reached the target top-1 accuracy (mean ± standard "
                        "deviation over the repeats that reached it); the default target is the best accuracy every "
                        "run reached."),
+    FigureSpec("energy_vs_nodes", "Energy to solution against node count", "runs with an energy counter "
+               "(runs.energy_joules: Cray pm_counters, RAPL or NVML) at two node counts or more",
+               lambda ctx: energy.energy_vs_nodes(ctx.runs, "energy"),
+               lambda frame, fig: energy.draw_energy(frame, fig, "energy"),
+               caption="Kilojoules the runs' hosts drew from start to end of a run (measured by the nodes' "
+                       "counters; mean ± standard deviation over repeats), one line per setting of the other "
+                       "swept axes; runs without a counter are left out."),
+    FigureSpec("samples_per_joule_vs_nodes", "Samples trained per joule against node count",
+               "runs with an energy counter at two node counts or more",
+               lambda ctx: energy.energy_vs_nodes(ctx.runs, "samples_per_joule"),
+               lambda frame, fig: energy.draw_energy(frame, fig, "samples_per_joule"),
+               caption="Training samples (steps × global batch) per joule the runs' hosts drew, mean ± standard "
+                       "deviation over repeats: how much work a joule buys as the run spreads over more nodes."),
     FigureSpec("partial_rounds", "Partial allreduce rounds: fresh, stale and null contributions",
                "eager_solo or eager_majority runs", lambda ctx: data.round_composition(ctx.engine, ctx.runs),
                draw.rounds, size=(7.5, 4.2),

@@ -69,6 +69,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     heads += ["compute"] if emulated else []
     gpu = [c for c in ("gpu_peak_memory_mb", "gpu_utilization") if c in table and table[c].notna().any()]
     heads += [{"gpu_peak_memory_mb": "GPU peak memory (MB)", "gpu_utilization": "GPU utilisation (%)"}[c] for c in gpu]
+    energy = [c for c in ("energy_kj", "samples_per_joule") if c in table and table[c].notna().any()]
+    heads += [{"energy_kj": "energy (kJ, measured)", "samples_per_joule": "samples per joule"}[c] for c in energy]
     if missing_any:
         heads += ["state"]
     rows = []
@@ -96,6 +98,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
             cells.append(_cell("compute", str(row.get("compute") or "-"), None, numeric=False))
         for column in gpu:   # measured where the runs had GPUs and NVML; "-" (missing), never 0, where not
             cells.append(_cell(column, fmt(row.get(column), 0), row.get(column)))
+        for column in energy:   # measured by the hosts' counters; "-" (missing) where a run had none
+            cells.append(_cell(column, fmt(row.get(column), 2 if column == "energy_kj" else 1), row.get(column)))
         if missing_any:
             cells.append(_cell("state", row["status"], None, numeric=False))
         rows.append({"config": row["config"], "cells": cells, "css": "" if done else "missing"})

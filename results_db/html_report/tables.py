@@ -120,6 +120,13 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
     for column, how in (("gpu_peak_memory_mb", "max"), ("gpu_utilization", "mean")):
         if column in runs and runs[column].notna().any():   # GPU runs: what their GPUs held and did
             frame[column] = runs.groupby("config", sort=False)[column].agg(how).reindex(frame["config"]).to_numpy()
+    if "energy_joules" in runs and runs["energy_joules"].notna().any():   # measured by the hosts' counters
+        measured = runs[runs["energy_joules"].notna()]
+        per_joule = measured["steps"] * measured["global_batch_size"] / measured["energy_joules"]
+        frame["energy_kj"] = (measured.groupby("config", sort=False)["energy_joules"].mean() / 1e3
+                              ).reindex(frame["config"]).to_numpy()
+        frame["samples_per_joule"] = per_joule.groupby(measured["config"], sort=False).mean() \
+            .reindex(frame["config"]).to_numpy()
     frame["status"] = "done"
     frame["speedup"] = frame["speedup_std"] = frame["efficiency"] = float("nan")
     if baseline:
