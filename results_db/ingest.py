@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover
     from json import JSONDecodeError as _DecodeError
     from json import loads as _loads
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import math
 
@@ -31,6 +31,7 @@ from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORT
 from .failpoints import failpoint
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
+from .slurm_energy import StepEnergy, step_energy
 from .store import writer
 
 
@@ -204,12 +205,16 @@ class _RunTotals:
             # one reading per machine: virtual nodes of one host each read the same counter
             self.energy.setdefault(str(reading["host"]), reading)
 
-    def energy_of_run(self) -> dict[str, Any]:
+    def energy_of_run(self, lookup: Callable[[str], StepEnergy] = step_energy) -> dict[str, Any]:
         """The run's energy columns: joules summed over its hosts, mean watts per host; missing
-        (with the reason) where a host had no counter or lost it mid-run."""
+        (with the reason) where a host had no counter or lost it mid-run. Readings that name a
+        Slurm step are looked up in Slurm's accounting (``lookup``), which covers all the
+        step's nodes at once."""
         if not self.energy:
             return {}
         readings = list(self.energy.values())
+        if all(r.get("source") == "slurm" for r in readings):
+            return self._slurm_energy(readings, lookup)
         out: dict[str, Any] = {"energy_source": ",".join(sorted({str(r.get("source")) for r in readings})),
                                "energy_kind": "measured" if all(r.get("kind") == "measured" for r in readings)
                                else "estimated"}
@@ -225,6 +230,21 @@ class _RunTotals:
             seconds = sum(float(r["seconds"]) for r in readings) / len(readings)
             out["energy_joules"] = joules
             out["energy_watts"] = joules / seconds / len(readings) if seconds > 0 else None
+        return out
+
+    def _slurm_energy(self, readings: list[dict[str, Any]], lookup: Callable[[str], StepEnergy]) -> dict[str, Any]:
+        out: dict[str, Any] = {"energy_source": "slurm", "energy_kind": "measured"}
+        steps = sorted({str(r["slurm_step"]) for r in readings if r.get("slurm_step")})
+        if len(steps) != 1:
+            out["energy_note"] = f"the ranks named {len(steps)} Slurm steps ({', '.join(steps) or 'none'}), not one"
+            return out
+        found = lookup(steps[0])
+        if found.joules is None:
+            out["energy_note"] = found.note
+        else:
+            nodes = found.nodes or len(self.host_ranks) or 1
+            out["energy_joules"] = found.joules
+            out["energy_watts"] = found.joules / found.seconds / nodes if found.seconds else None
         return out
 
     @property

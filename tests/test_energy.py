@@ -2,10 +2,14 @@
 trees (a Cray EX node's pm_counters, Linux RAPL with its wrap-around, a counter that goes
 missing or restarts mid-run), NVML through a stand-in of its three calls (no GPU here), the
 run's columns from its hosts' readings, and whole runs whose host reads a recorded
-pm_counters tree while a thread advances it."""
+pm_counters tree while a thread advances it; Slurm's accounting through a scripted sacct (the
+real one, on the local cluster, is tested in test_slurm.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import scalestudy
-from workloads.energy import CounterLost, HostEnergy, Nvml, PmCounters, Rapl, open_meter
+from workloads.energy import CounterLost, HostEnergy, Nvml, PmCounters, Rapl, SlurmStep, open_meter
 
 
 def _pm_tree(root: Path, joules: int, generation: int = 7) -> Path:
@@ -84,7 +88,9 @@ def test_rapl_sampler_thread_counts_wraps(tmp_path):
     base = _rapl_tree(tmp_path, {"intel-rapl:0": 0}, span=1000)
     host = HostEnergy(Rapl(tmp_path), wrap_sample_seconds=0.05)
     for value in (600, 100, 700, 200):          # each step seen by the sampler: 600+500+600+500 µJ
-        (base / "intel-rapl:0" / "energy_uj").write_text(f"{value}\n")
+        tmp = base / "intel-rapl:0" / ".energy_uj"   # replaced whole: sysfs reads are never half-written
+        tmp.write_text(f"{value}\n")
+        tmp.replace(base / "intel-rapl:0" / "energy_uj")
         time.sleep(0.3)
     assert host.stop().joules == pytest.approx(2200e-6)
 
@@ -256,3 +262,71 @@ def test_energy_figures_compare_and_report(tmp_path):
     build_report(engine, "en", tmp_path / "report", url)
     page = (tmp_path / "report" / "index.html").read_text()
     assert "energy (kJ, measured)" in page and "samples per joule" in page
+
+
+FAKE_SACCT = Path(__file__).parent / "fake_scheduler" / "fake_sacct.py"
+
+
+def _sacct_on_path(tmp_path: Path, monkeypatch, records) -> Path:
+    """The scripted sacct first on PATH, answering from ``records`` (or as a cluster without
+    accounting storage where ``records`` is "disabled")."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SACCT} \"$@\"\n")
+    (bin_dir / "sacct").chmod(0o755)
+    db = tmp_path / "sacct.json"
+    if records == "disabled":
+        monkeypatch.setenv("FAKE_SACCT_DB", "disabled")
+    else:
+        db.write_text(json.dumps(records))
+        monkeypatch.setenv("FAKE_SACCT_DB", str(db))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return db
+
+
+def test_slurm_step_reading_names_its_step():
+    with pytest.raises(FileNotFoundError, match="not inside a Slurm job step"):
+        SlurmStep({"SLURM_JOB_ID": "42"})            # a batch script's own process: no step
+    reading = HostEnergy(SlurmStep({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}), host="n1").stop()
+    assert reading.source == "slurm" and reading.slurm_step == "42.3" and reading.joules is None
+
+
+def test_step_energy_from_the_sacct_stand_in(tmp_path, monkeypatch):
+    from results_db.slurm_energy import step_energy
+
+    db = _sacct_on_path(tmp_path, monkeypatch, {
+        "42.0": {"ConsumedEnergyRaw": "54000", "ElapsedRaw": "30", "NNodes": "2"},
+        "42.1": {"ConsumedEnergyRaw": "", "ElapsedRaw": "12", "NNodes": "1"},     # no energy plugin
+        "43.0": {"ConsumedEnergyRaw": "900", "ElapsedRaw": "3", "NNodes": "1", "appears_after": 2},
+    })
+    found = step_energy("42.0", wait=0)
+    assert (found.joules, found.seconds, found.nodes, found.note) == (54000.0, 30.0, 2, None)
+    blank = step_energy("42.1", wait=0)
+    assert blank.joules is None and "gathers none" in blank.note and "42.1" in blank.note
+    late = step_energy("43.0", wait=0)           # written as the step ended: found on the third call
+    assert late.joules == 900.0
+    gone = step_energy("44.0", wait=0, tries=2)
+    assert gone.joules is None and "no record of step 44.0" in gone.note
+    assert step_energy("44.0; rm -rf /", wait=0).note.startswith("slurm_step '44.0; rm -rf /' is not JOB.STEP")
+    argv = json.loads(Path(str(db) + ".calls").read_text().splitlines()[0])
+    assert argv == ["-j", "42.0", "--noheader", "--parsable2", "--format=JobID,ConsumedEnergyRaw,ElapsedRaw,NNodes"]
+    _sacct_on_path(tmp_path, monkeypatch, "disabled")
+    assert step_energy("42.0", wait=0).note == "sacct: Slurm accounting storage is disabled"
+
+
+def test_run_columns_from_slurm_accounting():
+    from results_db.ingest import _RunTotals
+    from results_db.slurm_energy import StepEnergy
+
+    t = _RunTotals()
+    for h in ("n1", "n2"):
+        t.add_rank({"host": h, "node": h})
+        t.add_end({"summary": {"energy": {"host": h, "source": "slurm", "joules": None, "seconds": 29.0,
+                                          "kind": "measured", "slurm_step": "42.0"}}})
+    asked = []
+    columns = t.energy_of_run(lambda step: asked.append(step) or StepEnergy(step, 54000.0, 30.0, 2))
+    assert asked == ["42.0"]                    # once for the step, not once per host
+    assert columns["energy_joules"] == 54000.0 and columns["energy_watts"] == pytest.approx(900.0)
+    assert columns["energy_source"] == "slurm" and "energy_note" not in columns
+    missing = t.energy_of_run(lambda step: StepEnergy(step, None, None, None, "sacct: Slurm accounting storage is disabled"))
+    assert "energy_joules" not in missing and missing["energy_note"].endswith("storage is disabled")

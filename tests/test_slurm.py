@@ -201,6 +201,28 @@ def test_plain_worker_init_runs_on_the_nodes(tmp_path, slurm_cluster):
     assert len(made) == 1 and made[0].name.removeprefix("init-ran-in-job-").isdigit()
 
 
+def test_slurm_energy_source_asks_the_real_sacct(tmp_path, slurm_cluster):
+    """SCALESTUDY_ENERGY=slurm on the real cluster: each host's first rank names the run's
+    srun step (the batch job's id and a step number) and the login node asks the real sacct
+    for it. This cluster keeps no accounting, so the energy is missing with Slurm's own
+    reason, not 0 (the values path is tested against a scripted sacct in test_energy.py)."""
+    site = tmp_path / "energy_slurm.yaml"
+    site.write_text((REPO / "site_configs" / "local_slurm.yaml").read_text()
+                    .replace("\nenv:\n", "\nenv:\n  SCALESTUDY_ENERGY: slurm\n", 1))
+    proc = scalestudy("sweep", f"site={site}", "nodes=2", "workers_per_node=1", "epochs=1", "steps_per_epoch=2",
+                      f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Session(connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")) as s:
+        run = s.scalars(select(Run)).one()
+        readings = [r.summary["energy"] for r in s.scalars(select(RankSummary).where(RankSummary.run_id == run.id))
+                    if isinstance(r.summary, dict) and "energy" in r.summary]
+    assert run.energy_source == "slurm" and run.energy_joules is None and run.energy_watts is None
+    assert run.energy_note == "sacct: Slurm accounting storage is disabled"
+    assert readings                              # one per node MPI sees (the virtual nodes share a host)
+    steps = {r["slurm_step"] for r in readings}
+    assert len(steps) == 1 and steps.pop().startswith(f"{run.job_id}.")
+
+
 def test_one_failing_rank_ends_the_whole_srun_job(tmp_path, slurm_cluster):
     """With the flags scalestudy adds, a rank that dies takes its job step down at once;
     without them srun lets the other ranks run on (they would spin in MPI_Init or a

@@ -12,7 +12,12 @@ Sources, tried in this order by ``SCALESTUDY_ENERGY=auto`` (the default; a site 
   wraps at ``max_energy_range_uj``: a sampler thread reads it every ``WRAP_SAMPLE_SECONDS``
   so that no wrap goes unseen (one wrap of a 262 kJ range takes about 45 min at 100 W);
 - ``nvml``: each visible GPU's total energy since its driver loaded (mJ,
-  ``nvmlDeviceGetTotalEnergyConsumption``): the GPUs only, not the node.
+  ``nvmlDeviceGetTotalEnergyConsumption``): the GPUs only, not the node;
+- ``slurm``: Slurm's own accounting (``AcctGatherEnergyType``, ``sacct`` ConsumedEnergy). The
+  ranks only note their job step (``SLURM_JOB_ID.SLURM_STEP_ID``); the login node asks
+  ``sacct`` for the step's joules when it ingests the run (``results_db/slurm_energy.py``),
+  since Slurm writes them when the step ends. Never chosen by ``auto``: only a site whose
+  Slurm gathers energy can declare it.
 
 A reading is *measured* (a counter of the hardware), never a TDP guess; where no source is
 readable the energy is missing, and where a counter goes missing or restarts mid-run it is
@@ -32,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-SOURCES = ("auto", "pm_counters", "rapl", "nvml", "none")
+SOURCES = ("auto", "pm_counters", "rapl", "nvml", "slurm", "none")
 ENERGY_ENV, ROOT_ENV = "SCALESTUDY_ENERGY", "SCALESTUDY_ENERGY_ROOT"
 WRAP_SAMPLE_SECONDS = 30.0
 _PM = re.compile(r"^\s*(\d+)\s*J\b")
@@ -51,6 +56,7 @@ class EnergyReading:
     domains: int              # packages, GPUs or nodes read
     kind: str = "measured"
     note: str | None = None
+    slurm_step: str | None = None   # source ``slurm``: the step whose accounting holds the joules
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +173,26 @@ class Nvml(Meter):
         return sum(b - a for a, b in zip(first, last)) / 1e3
 
 
+class SlurmStep(Meter):
+    """No counter on the node: the step's joules come from Slurm's accounting at ingestion."""
+
+    name = "slurm"
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        job, step = environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_STEP_ID", "")
+        if not (job.isdigit() and step.isdigit()):
+            raise FileNotFoundError("not inside a Slurm job step (no SLURM_JOB_ID and SLURM_STEP_ID): "
+                                    "Slurm accounts energy per step started by srun")
+        self.step = f"{job}.{step}"
+
+    def sample(self) -> None:
+        return None
+
+    def joules(self, first, last) -> float:
+        raise CounterLost("slurm: the step's energy is read from sacct at ingestion")
+
+
 def open_meter(source: str | None = None, root: str | None = None, device: str = "cpu") -> Meter | None:
     """The host's meter for ``source`` (``auto``: pm_counters, else RAPL, else NVML on a GPU
     run), or None when none is readable."""
@@ -177,7 +203,8 @@ def open_meter(source: str | None = None, root: str | None = None, device: str =
     order = {"auto": ["pm_counters", "rapl"] + (["nvml"] if device == "cuda" else []), "none": []}.get(source, [source])
     for name in order:
         try:
-            meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml()}[name]()
+            meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml(),
+                     "slurm": lambda: SlurmStep()}[name]()
             meter.sample()     # readable now (RAPL's energy_uj is root-only on many kernels)
             return meter
         except (OSError, ImportError, CounterLost, ValueError, RuntimeError):
@@ -226,6 +253,9 @@ class HostEnergy:
         if self._thread is not None:
             self._thread.join(timeout=5)
         seconds = time.monotonic() - self._began
+        if isinstance(self.meter, SlurmStep):
+            return EnergyReading(self.host, self.meter.name, None, seconds, self.meter.domains,
+                                 note="read from Slurm's accounting at ingestion", slurm_step=self.meter.step)
         joules = None
         if self._note is None:
             try:

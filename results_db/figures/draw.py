@@ -62,7 +62,7 @@ def _numeric(values) -> bool:
                for v in values)
 
 
-def _style(i: int, dashed: bool = True) -> dict:
+def line_style(i: int, dashed: bool = True) -> dict:
     """Series i's colour, marker and dash: lines that coincide still show each other (the
     later one is dashed and its markers smaller, so the earlier shows around it). Without
     ``dashed`` every line is solid: where dashes already mean a reference line."""
@@ -87,7 +87,7 @@ def coinciding(frame: pd.DataFrame, key: str, x: str, y: str, tol: float = 0.005
     return out
 
 
-def _series_label(name: str, hidden: dict[str, str]) -> str:
+def series_label(name: str, hidden: dict[str, str]) -> str:
     """``name``, and where it hides under an earlier series, which one (by the settings that differ)."""
     if name not in hidden:
         return name
@@ -96,7 +96,7 @@ def _series_label(name: str, hidden: dict[str, str]) -> str:
     return f"{name} (same values as {', '.join(differ)})"
 
 
-def _legend(ax, **kwargs) -> None:
+def legend_beside(ax, **kwargs) -> None:
     """The legend inside the axes when it is small; else beside them, labels wrapped, the
     figure widened to hold it (a long legend must never squeeze the plot away)."""
     handles, labels = ax.get_legend_handles_labels()
@@ -113,7 +113,7 @@ def _legend(ax, **kwargs) -> None:
     ax.legend(handles, wrapped, fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0), **kwargs)
 
 
-def _x_axis(ax, frame: pd.DataFrame, axis: str):
+def x_axis(ax, frame: pd.DataFrame, axis: str):
     """Positions for ``axis``: numeric values as they are (log-2 from an 8x span), text at even positions."""
     distinct = list(dict.fromkeys(frame[axis]))
     numeric = _numeric(distinct)
@@ -132,12 +132,12 @@ def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     (a text parameter: ``+params.act=relu,gelu``) the categories sit at even positions.
     Each series' linear-scaling reference is drawn in the series' own colour, thin and dashed."""
     ax = fig.subplots()
-    where = _x_axis(ax, frame, axis)
+    where = x_axis(ax, frame, axis)
     hidden = coinciding(frame, "series", axis, "throughput_mean")
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
-        style = _style(i, dashed=False)
+        style = line_style(i, dashed=False)
         ax.errorbar(where(part[axis]), part["throughput_mean"], yerr=part["throughput_std"], capsize=3,
-                    label=_series_label(series, hidden), **style)
+                    label=series_label(series, hidden), **style)
         if "ideal" in part:
             ax.plot(where(part[axis]), part["ideal"], linestyle=(0, (4, 3)), color=style["color"], linewidth=0.9,
                     alpha=0.8, gid=f"ideal-{i}")
@@ -147,22 +147,22 @@ def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     ax.set_ylabel("training throughput (samples / s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_beside(ax)
 
 
 def efficiency(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     """Scaling efficiency lines (1 = linear scaling), one per series."""
     ax = fig.subplots()
-    where = _x_axis(ax, frame, axis)
+    where = x_axis(ax, frame, axis)
     hidden = coinciding(frame, "series", axis, "efficiency")
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
         ax.errorbar(where(part[axis]), part["efficiency"], yerr=part["efficiency_std"], capsize=3,
-                    label=_series_label(series, hidden), **_style(i, dashed=False))
+                    label=series_label(series, hidden), **line_style(i, dashed=False))
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=(0, (4, 3)), label="linear scaling (efficiency 1)")
     ax.set_ylabel("scaling efficiency (measured ÷ linear)")
     ax.set_ylim(0, max(1.15, float(np.nanmax(frame["efficiency"] + frame["efficiency_std"])) * 1.05))
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_beside(ax)
 
 
 def stacked_phases(frame: pd.DataFrame, fig: Figure, phases=STEP_PHASES, unit: float = 1e3,
@@ -183,7 +183,7 @@ def stacked_phases(frame: pd.DataFrame, fig: Figure, phases=STEP_PHASES, unit: f
         bottom += values
     _config_ticks(ax, frame["config"])
     ax.set_ylabel(ylabel)
-    _legend(ax)
+    legend_beside(ax)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -245,26 +245,26 @@ def algorithm_bars(frame: pd.DataFrame, fig: Figure) -> None:
                             ha="center", va="bottom", fontsize="x-small")
     _config_ticks(ax, settings)
     ax.set_ylabel("training throughput (samples / s)")
-    _legend(ax, title="bar labels: speedup over sync", title_fontsize="x-small")
+    legend_beside(ax, title="bar labels: speedup over sync", title_fontsize="x-small")
     ax.grid(axis="y", alpha=0.3)
 
 
 def speedup_lines(frame: pd.DataFrame, fig: Figure) -> None:
     """Speedup over sync against the injected delay, one line per algorithm."""
     ax = fig.subplots()
-    where = _x_axis(ax, frame, "imbalance_delay_ms")
+    where = x_axis(ax, frame, "imbalance_delay_ms")
     hidden = coinciding(frame, "series", "imbalance_delay_ms", "speedup")
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
         algorithm = str(part["algorithm"].iloc[0])
         name = series.replace(f"algorithm={algorithm}", ALGORITHM_NAMES.get(algorithm, algorithm))
         ax.errorbar(where(part["imbalance_delay_ms"]), part["speedup"], yerr=part["speedup_std"], capsize=3,
-                    label=_series_label(name, {name: hidden[series]} if series in hidden else {}),
-                    **_style(i, dashed=False))
+                    label=series_label(name, {name: hidden[series]} if series in hidden else {}),
+                    **line_style(i, dashed=False))
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=(0, (4, 3)), label="sync (speedup 1)")
     ax.set_ylabel("speedup over sync (throughput ratio)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_beside(ax)
 
 
 def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
@@ -273,7 +273,7 @@ def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
     ax = fig.subplots()
     hidden = coinciding(frame, "config", x, "top1")
     for i, (config, part) in enumerate(frame.groupby("config", sort=False)):
-        ax.plot(part[x], part["top1"] * 100, label=_series_label(config, hidden), **_style(i))
+        ax.plot(part[x], part["top1"] * 100, label=series_label(config, hidden), **line_style(i))
         if len(part) == 1:
             ax.annotate(f"{part['top1'].iloc[0] * 100:.1f} %", (part[x].iloc[0], part["top1"].iloc[0] * 100),
                         textcoords="offset points", xytext=(6, 4 + 8 * i), fontsize="x-small", color=f"C{i % 10}")
@@ -288,7 +288,7 @@ def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
     ax.set_ylabel("top-1 accuracy on the test set (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_beside(ax)
 
 
 def time_bars(frame: pd.DataFrame, fig: Figure) -> None:
@@ -321,7 +321,7 @@ def rounds(frame: pd.DataFrame, fig: Figure) -> None:
         ax.bar(x + (i - 1) * width, frame[part], width, label=label, color=colour)
     _config_ticks(ax, frame["config"])
     ax.set_ylabel("ranks contributing (mean per partial round)")
-    _legend(ax, title="a rank can be fresh and stale in one round", title_fontsize="x-small")
+    legend_beside(ax, title="a rank can be fresh and stale in one round", title_fontsize="x-small")
     ax.grid(axis="y", alpha=0.3)
 
 

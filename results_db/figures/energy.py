@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .data import StudyRuns, used
-from .draw import _legend, _series_label, _style, _x_axis, coinciding
+from .draw import coinciding, legend_beside, line_style, series_label, x_axis
 
 AXIS = "nodes"
 MEASURES = {
@@ -36,12 +36,12 @@ def energy_vs_nodes(sr: StudyRuns, measure: str) -> pd.DataFrame:
 
 def draw_energy(frame: pd.DataFrame, fig: Figure, measure: str) -> None:
     ax = fig.subplots()
-    where = _x_axis(ax, frame, AXIS)
+    where = x_axis(ax, frame, AXIS)
     hidden = coinciding(frame, "series", AXIS, "value_mean")
     for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
         ax.errorbar(where(part[AXIS]), part["value_mean"], yerr=part["value_std"], capsize=3,
-                    label=_series_label(series, hidden), **_style(i, dashed=False))
+                    label=series_label(series, hidden), **line_style(i, dashed=False))
     ax.set_ylabel(MEASURES[measure][0])
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_beside(ax)
