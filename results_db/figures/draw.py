@@ -150,14 +150,19 @@ def throughput_vs(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     legend_beside(ax)
 
 
+def lines_with_spread(ax, frame: pd.DataFrame, axis: str, value: str, spread: str) -> None:
+    """One line per series of ``value`` against ``axis``, with ``spread`` as error bars."""
+    where = x_axis(ax, frame, axis)
+    hidden = coinciding(frame, "series", axis, value)
+    for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
+        ax.errorbar(where(part[axis]), part[value], yerr=part[spread], capsize=3,
+                    label=series_label(series, hidden), **line_style(i, dashed=False))
+
+
 def efficiency(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     """Scaling efficiency lines (1 = linear scaling), one per series."""
     ax = fig.subplots()
-    where = x_axis(ax, frame, axis)
-    hidden = coinciding(frame, "series", axis, "efficiency")
-    for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
-        ax.errorbar(where(part[axis]), part["efficiency"], yerr=part["efficiency_std"], capsize=3,
-                    label=series_label(series, hidden), **line_style(i, dashed=False))
+    lines_with_spread(ax, frame, axis, "efficiency", "efficiency_std")
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=(0, (4, 3)), label="linear scaling (efficiency 1)")
     ax.set_ylabel("scaling efficiency (measured ÷ linear)")
     ax.set_ylim(0, max(1.15, float(np.nanmax(frame["efficiency"] + frame["efficiency_std"])) * 1.05))

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .data import StudyRuns, used
-from .draw import coinciding, legend_beside, line_style, series_label, x_axis
+from .draw import legend_beside, lines_with_spread
 
 AXIS = "nodes"
 MEASURES = {
@@ -36,11 +36,7 @@ def energy_vs_nodes(sr: StudyRuns, measure: str) -> pd.DataFrame:
 
 def draw_energy(frame: pd.DataFrame, fig: Figure, measure: str) -> None:
     ax = fig.subplots()
-    where = x_axis(ax, frame, AXIS)
-    hidden = coinciding(frame, "series", AXIS, "value_mean")
-    for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
-        ax.errorbar(where(part[AXIS]), part["value_mean"], yerr=part["value_std"], capsize=3,
-                    label=series_label(series, hidden), **line_style(i, dashed=False))
+    lines_with_spread(ax, frame, AXIS, "value_mean", "value_std")
     ax.set_ylabel(MEASURES[measure][0])
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
