@@ -15,7 +15,7 @@ from sqlalchemy import Engine, select
 from . import run_rows
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
 from .run_rows import ATTEMPTS, plain_ids, recent_run_ids  # noqa: F401 - re-exported
-from .schema import Eval, Event, Round, Run, Step, StepStat, Study
+from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study
 from .where import JsonFilter, parse_where  # noqa: F401 - re-exported
 
 
@@ -95,6 +95,30 @@ def rounds(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     stmt = select(Round).where(Round.run_id.in_(plain_ids(run_ids))).order_by(Round.run_id, Round.round)
     with engine.connect() as conn:
         return pd.read_sql(stmt, conn)
+
+
+ENERGY_BY_HOST_COLUMNS = ["run_id", "host", "source", "joules", "seconds", "watts", "domains", "kind", "note"]
+
+
+def energy_by_host(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
+    """Each host's own energy reading of each run (the run's columns sum them): joules, mean
+    watts over the run, what was read (``domains``: packages, GPUs or nodes); null joules with
+    the reason where the host's counter was missing or lost. A ``slurm`` reading holds no
+    joules of its own: Slurm accounts the whole step (the run's ``energy_joules``)."""
+    stmt = (select(RankSummary.run_id, RankSummary.summary).where(RankSummary.run_id.in_(plain_ids(run_ids)))
+            .order_by(RankSummary.run_id, RankSummary.rank))
+    rows, seen = [], set()
+    with engine.connect() as conn:
+        for run_id, summary in conn.execute(stmt):
+            reading = summary.get("energy") if isinstance(summary, dict) else None
+            if not isinstance(reading, dict) or (run_id, reading.get("host")) in seen:
+                continue     # one reading per machine, as ingestion counts it
+            seen.add((run_id, reading.get("host")))
+            joules, seconds = reading.get("joules"), reading.get("seconds")
+            watts = joules / seconds if isinstance(joules, (int, float)) and seconds else None
+            rows.append([run_id, reading.get("host"), reading.get("source"), joules, seconds, watts,
+                         reading.get("domains"), reading.get("kind"), reading.get("note")])
+    return pd.DataFrame(rows, columns=ENERGY_BY_HOST_COLUMNS)
 
 
 def _int_or_none(value) -> int | None:

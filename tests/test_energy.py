@@ -182,7 +182,7 @@ def test_runs_record_their_hosts_energy(tmp_path):
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from results_db import connect
+    from results_db import connect, query
     from results_db.schema import RankSummary, Run
 
     folder = _pm_tree(tmp_path / "tree", 0)
@@ -223,6 +223,11 @@ def test_runs_record_their_hosts_energy(tmp_path):
             assert len(readings) == 1          # one reader per host, not per rank
         slept = next(r for r in runs if r.workload_kind == "command")
         assert slept.energy_joules >= 0.5 * 500     # 10 J / 20 ms = 500 W for at least the 1 s sleep
+    by_host = query.energy_by_host(engine, [r.id for r in runs])
+    assert len(by_host) == 2 and set(by_host["source"]) == {"pm_counters"}     # one host per run
+    for run in runs:   # the run's columns are its one host's reading
+        row = by_host[by_host["run_id"] == run.id].iloc[0]
+        assert row["joules"] == run.energy_joules and row["watts"] == pytest.approx(run.energy_watts)
 
 
 def test_energy_figures_compare_and_report(tmp_path):
