@@ -60,11 +60,12 @@ def chrome_trace(engine: Engine, run_id: int) -> dict[str, Any]:
     starts = [a.min() for a in (events["t0"].to_numpy(dtype=float), steps["t_start"].to_numpy(dtype=float)) if a.size]
     origin = float(min(starts))
     tracks: dict[tuple[int, str], int] = {}
+    per_rank: dict[int, int] = {}      # tracks each rank has so far (0 is its step track)
 
     def tid(rank: int, name: str) -> int:
         key = (rank, name)
         if key not in tracks:
-            tracks[key] = len([k for k in tracks if k[0] == rank]) + 1   # 0 is the step track
+            per_rank[rank] = tracks[key] = per_rank.get(rank, 0) + 1
         return tracks[key]
 
     out: list[dict[str, Any]] = []

@@ -220,7 +220,10 @@ class _RunTotals:
                                else "estimated"}
         unknown = [r for r in readings if not isinstance(r.get("joules"), (int, float))]
         silent = sorted(set(self.host_ranks) - set(self.energy))
-        if unknown:
+        sources = {str(r.get("source")) for r in readings}
+        if len(sources) > 1:    # a node's, its CPUs' and its GPUs' joules are not one quantity
+            out["energy_note"] = f"the hosts read different sources ({', '.join(sorted(sources))}): not added together"
+        elif unknown:
             out["energy_note"] = f"{unknown[0]['host']}: {unknown[0].get('note') or 'no reading'}"
         elif silent:
             out["energy_note"] = f"no energy counter on {', '.join(silent)} ({len(self.energy)} of " \
@@ -305,7 +308,31 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
     }])
 
 
-def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: str | None) -> None:
+TAIL_BYTES = 1 << 16   # a rank file's run_end is its last record, well within this
+
+
+def _slurm_energy_of(rank_files: list[Path]) -> dict[str, StepEnergy]:
+    """Slurm's accounting of the steps the ranks' run_end readings name, asked before the
+    write transaction opens (sacct may take seconds: no lock is held meanwhile)."""
+    steps: set[str] = set()
+    for path in rank_files:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            for raw in reversed(fh.read().splitlines()):
+                if b'"run_end"' not in raw:
+                    continue
+                try:
+                    reading = (_loads(raw).get("summary") or {}).get("energy") or {}
+                except (_DecodeError, AttributeError):
+                    break
+                if isinstance(reading, dict) and reading.get("source") == "slurm" and reading.get("slurm_step"):
+                    steps.add(str(reading["slurm_step"]))
+                break
+    return {step: step_energy(step) for step in sorted(steps)}
+
+
+def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: str | None,
+                accounted: dict[str, StepEnergy] | None = None) -> None:
     """The run's row from its summary and the ranks' totals."""
     run.hosts = ",".join(totals.hosts)
     run.host_cpus = totals.fewest_cpus
@@ -321,7 +348,8 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     run.gpus = len(totals.gpus) or None
     run.gpu_peak_memory_mb = max(totals.peak_memory) if totals.peak_memory else None
     run.gpu_utilization = sum(totals.utilization) / len(totals.utilization) if totals.utilization else None
-    for name, value in totals.energy_of_run().items():
+    accounted = accounted or {}
+    for name, value in totals.energy_of_run(lambda step: accounted.get(step) or step_energy(step)).items():
         setattr(run, name, value)
     if result.get("kind") == "command" and totals.last_eval:  # a command that reported evaluations
         run.final_top1 = run.final_top1 if run.final_top1 is not None else totals.last_eval.get("top1")
@@ -347,6 +375,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
     if not rank_files and result.get("kind") != "command":  # a command that never started has none
         raise IngestError(f"{run_dir}/{METRICS_DIR}: no rank-*.jsonl files")
 
+    accounted = _slurm_energy_of(rank_files)
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
         if run is None:
@@ -368,7 +397,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                               f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
         if events.written:
             _derive_step_stats(session, run_id)
-        _finish_run(run, result, totals, job_id)
+        _finish_run(run, result, totals, job_id, accounted)
         session.flush()
         failpoint("ingest")   # the reliability suite: killed with every row written but not committed
     return True

@@ -6,8 +6,9 @@ finished run (``runs`` of every attempt, not only the latest): the run's axes an
 ``params.*`` as params, its headline numbers and ``metrics.*`` as metrics, rank 0's loss and
 step time per step as metric history (``loss``, ``step_seconds``), and the site, batch job,
 commit, run_key, attempt and status as tags. Exporting again adds nothing twice: an attempt
-already in the experiment (tags ``scalestudy.run_key`` and ``scalestudy.attempt``) is
-skipped. Runs still pending or running are left for a later export.
+already in the experiment whole (tags ``scalestudy.run_key`` and ``scalestudy.attempt``, and
+``scalestudy.complete``, set last) is skipped; one an interrupted export left half-written is
+deleted and sent again. Runs still pending or running are left for a later export.
 
 MLflow is an optional extra (``pip install 'scalestudy[mlflow]'``: the client,
 ``mlflow-skinny``); a sweep never needs it.
@@ -32,6 +33,7 @@ from . import query
 
 EXPERIMENT_PREFIX = "scalestudy/"
 RUN_KEY_TAG, ATTEMPT_TAG = "scalestudy.run_key", "scalestudy.attempt"
+COMPLETE_TAG = "scalestudy.complete"   # set last: a run without it was cut off mid-export, and is redone
 UNFINISHED = ("pending", "running")
 STATUS = {"done": "FINISHED", "cancelled": "KILLED"}      # everything else that ended: FAILED
 PARAM_COLUMNS = tuple(f.name for f in FIELDS if f.identity and f.column and f.name not in ("params", "command")) + (
@@ -65,7 +67,14 @@ def _client(tracking_uri: str):
             from None
     if tracking_uri.startswith(("http://", "https://")):
         _reachable(tracking_uri)
-    return MlflowClient(tracking_uri=tracking_uri)
+    try:   # the client opens its store here: a bad scheme or an unwritable SQLite path fails now
+        return MlflowClient(tracking_uri=tracking_uri)
+    except Exception as exc:   # noqa: BLE001 - MLflow's own errors name the store's problem
+        raise ExportError(f"--tracking-uri {tracking_uri}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _reachable(uri: str, timeout: float = 5.0) -> None:
@@ -139,10 +148,16 @@ def _rank0_history(engine: Engine, run_ids: list[int]) -> dict[int, pd.DataFrame
 
 
 def _exported(client, experiment_id: str) -> set[tuple[str, str]]:
+    """The (run_key, attempt) pairs the experiment holds whole; runs an earlier export left
+    half-written (no completion tag) are deleted, to be sent again."""
     seen, token = set(), None
     while True:
         page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        seen |= {(r.data.tags.get(RUN_KEY_TAG), r.data.tags.get(ATTEMPT_TAG)) for r in page}
+        for r in page:
+            if r.data.tags.get(COMPLETE_TAG) == "true":
+                seen.add((r.data.tags.get(RUN_KEY_TAG), r.data.tags.get(ATTEMPT_TAG)))
+            else:
+                client.delete_run(r.info.run_id)
         token = page.token
         if not token:
             return seen
@@ -159,7 +174,6 @@ def export_study(engine: Engine, study: str, tracking_uri: str, progress=None) -
     if runs.empty:
         raise ExportError(f"study {study!r}: no runs in this database")
     client = _client(tracking_uri)
-    from mlflow.entities import Metric, Param, RunStatus
 
     name = EXPERIMENT_PREFIX + study
     try:
@@ -167,26 +181,39 @@ def export_study(engine: Engine, study: str, tracking_uri: str, progress=None) -
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
         seen = _exported(client, experiment_id)
     except Exception as exc:   # noqa: BLE001 - MLflow's own errors name the store's problem
-        raise ExportError(f"--tracking-uri {tracking_uri}: {str(exc).strip().splitlines()[0]}") from None
+        raise ExportError(f"--tracking-uri {tracking_uri}: {_first_line(exc)}") from None
     ended = runs[~runs["status"].isin(UNFINISHED)]
     todo = ended[[(str(k), str(int(a))) not in seen for k, a in zip(ended["run_key"], ended["attempt"])]]
     history = _rank0_history(engine, [int(i) for i in todo["run_id"]])
     for n, (_, run) in enumerate(todo.iterrows(), 1):
-        params, metrics, tags, steps = run_payload(run, history.get(int(run["run_id"]), pd.DataFrame(
-            columns=["step", "loss", "step_seconds"])))
-        started, finished = _ms(run.get("started_at")) or _ms(run.get("created_at")), _ms(run.get("finished_at"))
-        label = " ".join(f"{k}={run[k]}" for k in ("nodes", "workers_per_node", "batch_size") if k in run)
-        made = client.create_run(experiment_id, start_time=started, tags={**tags, "mlflow.runName":
-                                 f"{label} #{int(run['attempt'])}"}, run_name=f"{label} #{int(run['attempt'])}")
-        stamp = finished or started or 0
-        all_metrics = [Metric(k, v, stamp, 0) for k, v in metrics.items()] + \
-            [Metric(k, v, stamp, s) for k, v, s in steps]
-        for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], 100):
-            client.log_batch(made.info.run_id, params=chunk)
-        for chunk in _chunks(all_metrics):
-            client.log_batch(made.info.run_id, metrics=chunk)
-        client.set_terminated(made.info.run_id, status=RunStatus.to_string(
-            getattr(RunStatus, STATUS.get(str(run["status"]), "FAILED"))), end_time=finished)
+        try:
+            _send_run(client, experiment_id, run, history.get(int(run["run_id"])))
+        except Exception as exc:   # noqa: BLE001 - a refused value or a lost store: one line, the rest kept
+            raise ExportError(f"run {int(run['run_id'])} ({run['run_key']}): MLflow refused it: {_first_line(exc)} "
+                              f"({n - 1} run(s) of {len(todo)} sent; exporting again resumes)") from None
         if progress:
             progress(n, len(todo))
     return Exported(name, len(todo), len(ended) - len(todo), len(runs) - len(ended))
+
+
+def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame | None) -> None:
+    """One finished attempt as an MLflow run, tagged complete only once all of it is in."""
+    from mlflow.entities import Metric, Param, RunStatus
+
+    if history is None:
+        history = pd.DataFrame(columns=["step", "loss", "step_seconds"])
+    params, metrics, tags, steps = run_payload(run, history)
+    started, finished = _ms(run.get("started_at")) or _ms(run.get("created_at")), _ms(run.get("finished_at"))
+    label = " ".join(f"{k}={run[k]}" for k in ("nodes", "workers_per_node", "batch_size") if k in run)
+    made = client.create_run(experiment_id, start_time=started, tags={**tags, "mlflow.runName":
+                             f"{label} #{int(run['attempt'])}"}, run_name=f"{label} #{int(run['attempt'])}")
+    stamp = finished or started or 0
+    all_metrics = [Metric(k, v, stamp, 0) for k, v in metrics.items()] + \
+        [Metric(k, v, stamp, s) for k, v, s in steps]
+    for chunk in _chunks([Param(k, v[:6000]) for k, v in params.items()], 100):
+        client.log_batch(made.info.run_id, params=chunk)
+    for chunk in _chunks(all_metrics):
+        client.log_batch(made.info.run_id, metrics=chunk)
+    client.set_terminated(made.info.run_id, status=RunStatus.to_string(
+        getattr(RunStatus, STATUS.get(str(run["status"]), "FAILED"))), end_time=finished)
+    client.set_tag(made.info.run_id, COMPLETE_TAG, "true")

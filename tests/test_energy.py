@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -84,15 +85,53 @@ def test_rapl_packages_wrap_and_subdomains(tmp_path):
     assert meter.joules(first, last) == pytest.approx(2100e-6)
 
 
+def _set_counter(path: Path, value: int) -> None:
+    tmp = path.with_name("." + path.name)     # replaced whole: sysfs reads are never half-written
+    tmp.write_text(f"{value}\n")
+    tmp.replace(path)
+
+
+def _sampled(meter: Rapl, value: int, timeout: float = 10.0) -> None:
+    """Wait until the sampler thread has read ``value`` (never longer than ``timeout``)."""
+    end = time.monotonic() + timeout
+    while meter._last != [value]:
+        assert time.monotonic() < end, f"the sampler never read {value}"
+        time.sleep(0.01)
+
+
 def test_rapl_sampler_thread_counts_wraps(tmp_path):
     base = _rapl_tree(tmp_path, {"intel-rapl:0": 0}, span=1000)
-    host = HostEnergy(Rapl(tmp_path), wrap_sample_seconds=0.05)
-    for value in (600, 100, 700, 200):          # each step seen by the sampler: 600+500+600+500 µJ
-        tmp = base / "intel-rapl:0" / ".energy_uj"   # replaced whole: sysfs reads are never half-written
-        tmp.write_text(f"{value}\n")
-        tmp.replace(base / "intel-rapl:0" / "energy_uj")
-        time.sleep(0.3)
+    meter = Rapl(tmp_path)
+    host = HostEnergy(meter, wrap_sample_seconds=0.02)
+    for value in (600, 100, 700, 200):          # each value read by the sampler: 600+500+600+500 µJ
+        _set_counter(base / "intel-rapl:0" / "energy_uj", value)
+        _sampled(meter, value)
     assert host.stop().joules == pytest.approx(2200e-6)
+
+
+def test_counters_lost_mid_run_are_missing_not_zero(tmp_path, monkeypatch):
+    """RAPL's file gone while the sampler runs; an NVML read that fails at the end; a counter
+    that stood still (a VM's stub): each a missing reading with its reason."""
+    base = _rapl_tree(tmp_path, {"intel-rapl:0": 0})
+    meter = Rapl(tmp_path)
+    host = HostEnergy(meter, wrap_sample_seconds=0.02)
+    _set_counter(base / "intel-rapl:0" / "energy_uj", 300)
+    _sampled(meter, 300)
+    (base / "intel-rapl:0" / "energy_uj").unlink()
+    reading = host.stop()
+    assert reading.joules is None and "energy_uj" in reading.note
+
+    nvml = _StandInNvml([[1000, 2000]])
+    host = HostEnergy(Nvml(nvml, gpus="0,1"))
+    nvml.energies = []                          # the driver stops answering
+    reading = host.stop()
+    assert reading.joules is None and reading.note.startswith("nvml:")
+
+    import workloads.energy as energy
+    monkeypatch.setattr(energy, "STILL_COUNTER_SECONDS", 0.0)
+    _pm_tree(tmp_path / "still", 5000)
+    reading = HostEnergy(PmCounters(tmp_path / "still")).stop()
+    assert reading.joules is None and "did not advance" in reading.note
 
 
 def test_source_choice(tmp_path, monkeypatch):
@@ -124,6 +163,9 @@ class _StandInNvml:
     def nvmlDeviceGetHandleByIndex(self, i):
         return i
 
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return int(uuid.removeprefix("GPU-uuid-"))
+
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):
         return self.energies[self.row][handle]
 
@@ -140,6 +182,26 @@ def test_nvml_sums_visible_gpus(monkeypatch):
     nvml.row = 0
     with pytest.raises(CounterLost, match="went backwards"):
         meter.joules(last, meter.sample())
+    # the host's ranks' GPUs, as the reader is told them (indices or UUIDs), each once
+    assert Nvml(nvml, gpus="3,1,3").domains == 2 and Nvml(nvml, gpus="GPU-uuid-0,GPU-uuid-2").sample() == [1000, 2000]
+
+
+def test_the_hosts_gpus_are_all_its_ranks_gpus():
+    """What a host's reader counts: the GPUs of all its ranks, bound as each rank binds itself."""
+    from workloads.placement import bind_gpu, host_gpus
+
+    def bound(binding, listed, workers):
+        gpus = []
+        for local in range(workers):
+            env = {"CUDA_VISIBLE_DEVICES": listed, "PMI_RANK": str(local)} if listed else {"PMI_RANK": str(local)}
+            bind_gpu(binding, 4, workers, workers, env)
+            gpus.append(env.get("CUDA_VISIBLE_DEVICES"))
+        return ",".join(dict.fromkeys(gpus))
+
+    assert host_gpus("reverse", 4, 4, {}) == bound("reverse", "", 4) == "3,2,1,0"      # Polaris
+    assert host_gpus("direct", 4, 2, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}) == bound("direct", "4,5,6,7", 2) == "4,5"
+    assert host_gpus("direct", 4, 2, {"CUDA_VISIBLE_DEVICES": "2"}) is None    # one GPU named: the user's own
+    assert host_gpus("none", 4, 4, {}) is None
 
 
 def test_run_columns_from_host_readings():
@@ -160,6 +222,8 @@ def test_run_columns_from_host_readings():
     assert both["energy_kind"] == "measured" and both["energy_source"] == "rapl"
     half = totals([a], ["a", "b"])
     assert "energy_joules" not in half and "no energy counter on b" in half["energy_note"]
+    mixed = totals([a, {**b, "source": "pm_counters"}], ["a", "b"])     # CPUs and a whole node: not one sum
+    assert "energy_joules" not in mixed and "different sources" in mixed["energy_note"]
     lost = totals([a, {**b, "joules": None, "note": "pm_counters restarted"}], ["a", "b"])
     assert "energy_joules" not in lost and "restarted" in lost["energy_note"]
     assert totals([], ["a"]) == {}
@@ -277,7 +341,7 @@ def _sacct_on_path(tmp_path: Path, monkeypatch, records) -> Path:
     accounting storage where ``records`` is "disabled")."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "sacct").write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SACCT} \"$@\"\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_SACCT))} \"$@\"\n")
     (bin_dir / "sacct").chmod(0o755)
     db = tmp_path / "sacct.json"
     if records == "disabled":

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from sqlalchemy import text
+
 from conftest import scalestudy
 from results_db import connect, query
 
@@ -27,6 +29,9 @@ def study(tmp_path):
     pending = dataclasses.replace(RunSpec(study="syn", site="local"), batch_size=64, workers_per_node=2,
                                   threads_per_node=2)
     register_runs(engine, "syn", [PlannedRun("syn-pending", pending.to_dict(), "/nowhere")])
+    with engine.begin() as conn:   # an injected delay in every step, and one step whose command reported its length
+        conn.execute(text("UPDATE steps SET delay = 0.05"))
+        conn.execute(text("UPDATE steps SET seconds = 9.5 WHERE step = 1"))
     return tmp_path, url, engine
 
 
@@ -58,19 +63,42 @@ def test_runs_arrive_as_in_sql_and_only_once(study):
         first = steps[steps["rank"] == 0].sort_values("step")
         history = mlflow.tracking.MlflowClient(uri).get_metric_history(row["run_id"], "step_seconds")
         assert [h.step for h in sorted(history, key=lambda h: h.step)] == list(first["step"])
-        expect = (first[["data", "forward", "backward", "comm_wait", "update"]].sum(axis=1)).to_numpy()
-        assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(list(expect))
+        # the step's reported length where there is one, else its phases, the injected delay included
+        expect = [9.5 if step == 1 else d + f + 0.05 + b + c + u for step, d, f, b, c, u in
+                  first[["step", "data", "forward", "backward", "comm_wait", "update"]].itertuples(index=False)]
+        assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(expect)
     again = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
     assert again.returncode == 0 and "0 run(s) added, 2 already there" in again.stdout, again.stderr
     assert len(_search(uri)) == 2
 
 
+def test_an_interrupted_export_is_redone(study):
+    """A run an export left half-written (cut off before its completion tag) is deleted and
+    sent again whole; the whole ones stay as they are."""
+    tmp, url, engine = study
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    done = query.runs(engine, study="syn", where="status=done")
+    client = mlflow.tracking.MlflowClient(uri)
+    experiment = client.create_experiment("scalestudy/syn")
+    cut = client.create_run(experiment, tags={"scalestudy.run_key": str(done["run_key"].iloc[0]),
+                                              "scalestudy.attempt": str(int(done["attempt"].iloc[0]))})
+    proc = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
+    assert proc.returncode == 0 and "2 run(s) added, 0 already there" in proc.stdout, proc.stderr
+    got = _search(uri)
+    assert len(got) == 2 and cut.info.run_id not in set(got["run_id"])
+    assert set(got["tags.scalestudy.complete"]) == {"true"} and got["metrics.throughput"].notna().all()
+
+
 def test_bad_input_is_one_line(study):
     tmp, url, _ = study
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    (tmp / "a-file").write_text("not a folder\n")
     began = time.perf_counter()
     for args, said in ((["--study", "nosuch", "--tracking-uri", uri], "study 'nosuch': no runs"),
-                       (["--study", "syn", "--tracking-uri", "http://127.0.0.1:9"], "unreachable")):
+                       (["--study", "syn", "--tracking-uri", "http://127.0.0.1:9"], "unreachable"),
+                       (["--study", "syn", "--tracking-uri", f"sqlite:///{tmp / 'a-file' / 'm.db'}"],
+                        "--tracking-uri sqlite:///"),      # a path under a file: no store can be made there
+                       (["--study", "syn", "--tracking-uri", "gopher://store"], "--tracking-uri gopher://store")):
         proc = scalestudy("export", "mlflow", *args, "--db", url, cwd=tmp)
         assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert time.perf_counter() - began < 60     # no minutes of retries against a closed port

@@ -30,7 +30,7 @@ from . import report
 from .energy import HostEnergy, open_meter
 from .failure import SETUP, record_failure
 from .metrics import cpu_affinity
-from .placement import bind_gpu, launcher_ranks, visible_gpus
+from .placement import bind_gpu, host_gpus, launcher_ranks, visible_gpus
 from .run_folder import REPORTED_RESULT_FILE, rank_metrics_file, rank_output_file
 from .spec import RunSpec
 
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     program = resolve_argv(spec.command, Path(env.get(LAUNCH_DIR_ENV, os.getcwd())))
     metrics = rank_metrics_file(run_dir, rank)
+    gpus = host_gpus(spec.gpu_binding, spec.gpus_per_node, spec.workers_per_node, env) if spec.device == "cuda" else None
     if spec.device == "cuda":
         if not visible_gpus():
             return _cannot_start(run_dir, rank, metrics, f"workloads: rank {rank}: device=cuda: no GPU is visible on "
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     out_path = rank_output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:   # the host's first rank reads its energy counters (workloads/energy.py)
-        energy = HostEnergy(open_meter(device=spec.device)) if local_rank == 0 else None
+        energy = HostEnergy(open_meter(device=spec.device, gpus=gpus)) if local_rank == 0 else None
     except ValueError as exc:
         return _cannot_start(run_dir, rank, metrics, f"workloads: rank {rank}: {exc}", 2)
     t0 = time.monotonic()

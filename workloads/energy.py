@@ -40,6 +40,7 @@ from typing import Any
 SOURCES = ("auto", "pm_counters", "rapl", "nvml", "slurm", "none")
 ENERGY_ENV, ROOT_ENV = "SCALESTUDY_ENERGY", "SCALESTUDY_ENERGY_ROOT"
 WRAP_SAMPLE_SECONDS = 30.0
+STILL_COUNTER_SECONDS = 1.0   # a counter unchanged for this long is not counting
 _PM = re.compile(r"^\s*(\d+)\s*J\b")
 
 
@@ -132,9 +133,10 @@ class Rapl(Meter):
 
     def sample(self) -> float:
         """Accumulated µJ, each package's wrap undone (a package's counter restarts at 0 past
-        its range: a smaller value than the last read means one wrap)."""
-        raw = self._raw()
+        its range: a smaller value than the last read means one wrap). Read under the lock, so
+        that the sampler thread's read and the last one are applied in the order they were made."""
         with self._lock:
+            raw = self._raw()
             if self._last is not None:
                 for now, before, span in zip(raw, self._last, self.ranges):
                     self._total += now - before if now >= before else now + span - before
@@ -148,15 +150,23 @@ class Rapl(Meter):
 class Nvml(Meter):
     name = "nvml"
 
-    def __init__(self, nvml=None) -> None:
+    def __init__(self, nvml=None, gpus: str | None = None) -> None:
+        """``gpus``: the host's GPUs in ``CUDA_VISIBLE_DEVICES`` form (indices or UUIDs), all
+        its ranks' together; default this process's ``CUDA_VISIBLE_DEVICES``, else every GPU."""
         if nvml is None:
             import pynvml as nvml   # the [gpu] extra (nvidia-ml-py)
         self.nvml = nvml
         nvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        listed = gpus if gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
         count = nvml.nvmlDeviceGetCount()
-        indices = [int(i) for i in visible.split(",") if i.strip().isdigit()] if visible else list(range(count))
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices if i < count]
+        names = [g.strip() for g in listed.split(",") if g.strip()] if listed else [str(i) for i in range(count)]
+        self.handles = []
+        for name in dict.fromkeys(names):
+            if name.isdigit():
+                if int(name) < count:
+                    self.handles.append(nvml.nvmlDeviceGetHandleByIndex(int(name)))
+            else:                       # GPU-<uuid> (MIG devices have no energy counter: lost below)
+                self.handles.append(nvml.nvmlDeviceGetHandleByUUID(name))
         if not self.handles:
             raise FileNotFoundError("no GPU visible to NVML")
         self.domains = len(self.handles)
@@ -193,17 +203,20 @@ class SlurmStep(Meter):
         raise CounterLost("slurm: the step's energy is read from sacct at ingestion")
 
 
-def open_meter(source: str | None = None, root: str | None = None, device: str = "cpu") -> Meter | None:
-    """The host's meter for ``source`` (``auto``: pm_counters, else RAPL, else NVML on a GPU
-    run), or None when none is readable."""
+def open_meter(source: str | None = None, root: str | None = None, device: str = "cpu",
+               gpus: str | None = None) -> Meter | None:
+    """The host's meter for ``source``, or None when none is readable. ``auto``: the node's
+    pm_counters; else, on a GPU run, NVML (the GPUs ``gpus`` names: a GPU run's energy is
+    mostly its GPUs'); else RAPL (the CPU packages)."""
     source = (source or os.environ.get(ENERGY_ENV) or "auto").strip()
     if source not in SOURCES:
         raise ValueError(f"{ENERGY_ENV}={source!r}: expected one of {', '.join(SOURCES)}")
     base = Path(root or os.environ.get(ROOT_ENV) or "/")
-    order = {"auto": ["pm_counters", "rapl"] + (["nvml"] if device == "cuda" else []), "none": []}.get(source, [source])
+    auto = ["pm_counters", "nvml", "rapl"] if device == "cuda" else ["pm_counters", "rapl"]
+    order = {"auto": auto, "none": []}.get(source, [source])
     for name in order:
         try:
-            meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml(),
+            meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml(gpus=gpus),
                      "slurm": lambda: SlurmStep()}[name]()
             meter.sample()     # readable now (RAPL's energy_uj is root-only on many kernels)
             return meter
@@ -262,16 +275,24 @@ class HostEnergy:
                 joules = self.meter.joules(self._first, self.meter.sample())
             except CounterLost as exc:
                 self._note = str(exc)
+        if joules is not None and joules <= 0 and seconds >= STILL_COUNTER_SECONDS:
+            # a host draws watts: a counter that stood still for seconds is a stub (VMs expose those)
+            joules, self._note = None, f"{self.meter.name}: the counter did not advance in {seconds:.1f} s"
         return EnergyReading(self.host, self.meter.name, joules, seconds, self.meter.domains,
                              note=self._note if joules is None else None)
 
 
 def start_host_energy(comm, device: str = "cpu") -> HostEnergy | None:
     """On the first rank of each host (shared-memory split), a started ``HostEnergy``; None
-    on the others. A bad ``SCALESTUDY_ENERGY`` fails the run at its start."""
+    on the others. The ranks are bound to their GPUs already: the first reads all of theirs.
+    A bad ``SCALESTUDY_ENERGY`` fails the run at its start."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    listed = local.allgather(os.environ.get("CUDA_VISIBLE_DEVICES", "")) if device == "cuda" else []
     first = local.Get_rank() == 0
     local.Free()
-    return HostEnergy(open_meter(device=device)) if first else None
+    if not first:
+        return None
+    gpus = ",".join(dict.fromkeys(g.strip() for v in listed for g in v.split(",") if g.strip())) or None
+    return HostEnergy(open_meter(device=device, gpus=gpus))

@@ -90,6 +90,17 @@ def bind_gpu(binding: str, gpus_per_node: int, world_size: int, workers_per_node
     return env[VISIBLE]
 
 
+def host_gpus(binding: str, gpus_per_node: int, workers_per_node: int, env: dict[str, str]) -> str | None:
+    """The GPUs all this host's ranks are bound to, in ``CUDA_VISIBLE_DEVICES`` form (what
+    the host's energy reader counts), from the node's listing in ``env`` before binding; None
+    where the binding leaves the listing as it is (the reader then counts what it lists)."""
+    given = [d.strip() for d in env.get(VISIBLE, "").split(",") if d.strip()]
+    if binding in ("", "none") or len(given) == 1:
+        return None
+    gpus = [gpu_of(binding, local, len(given) if given else gpus_per_node) for local in range(workers_per_node)]
+    return ",".join(dict.fromkeys(given[g] if given else str(g) for g in gpus if g is not None)) or None
+
+
 def visible_gpus() -> int:
     """GPUs the driver shows this host (``/proc/driver/nvidia/gpus``), without CUDA or NVML:
     0 where there is no NVIDIA driver. For a command workload, which has no torch."""

@@ -121,7 +121,7 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         if column in runs and runs[column].notna().any():   # GPU runs: what their GPUs held and did
             frame[column] = runs.groupby("config", sort=False)[column].agg(how).reindex(frame["config"]).to_numpy()
     if "energy_joules" in runs and runs["energy_joules"].notna().any():   # measured by the hosts' counters
-        measured = runs[runs["energy_joules"].notna()]
+        measured = runs[runs["energy_joules"] > 0]    # never divide by a stored 0 (older rows)
         per_joule = measured["steps"] * measured["global_batch_size"] / measured["energy_joules"]
         frame["energy_kj"] = (measured.groupby("config", sort=False)["energy_joules"].mean() / 1e3
                               ).reindex(frame["config"]).to_numpy()
