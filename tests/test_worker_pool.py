@@ -29,7 +29,7 @@ def _scheduler(tmp_path, monkeypatch, fixed: bool) -> MPITaskScheduler:
     if fixed:
         monkeypatch.setattr(MPITaskScheduler, "_schedule_backlog_tasks", MPITaskScheduler._schedule_backlog_tasks)
         monkeypatch.setattr(MPITaskScheduler, "put_task", MPITaskScheduler.put_task)   # restored after the test
-        worker_pool.install(MPITaskScheduler)
+        assert worker_pool.install(MPITaskScheduler)     # the installed Parsl still has both methods
         assert MPITaskScheduler._schedule_backlog_tasks is schedule_backlog_tasks
     return MPITaskScheduler(queue.Queue(), queue.Queue())
 
@@ -87,3 +87,15 @@ def test_placing_a_task_and_rescanning_the_backlog_hold_one_lock(tmp_path, monke
         scheduler.put_task(_task(tid, nodes))
     _finish(scheduler, 1)                        # the rescan places it
     assert _started(scheduler) == [1, 2] and held == [True, True, True]
+
+
+def test_a_parsl_without_the_methods_is_said_not_patched(capsys):
+    """A Parsl release that renamed the scheduler's methods: left as it is, and the pool's log
+    says that its backlog is not fixed (no silent half-patch)."""
+    class Renamed:
+        def put_task(self, task):
+            pass
+
+    assert worker_pool.install(Renamed) is False
+    assert "has no _schedule_backlog_tasks" in capsys.readouterr().err
+    assert not hasattr(Renamed, "_schedule_backlog_tasks")

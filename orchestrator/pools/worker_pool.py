@@ -53,12 +53,19 @@ def locked_put_task(original):
     return put_task
 
 
-def install(scheduler) -> None:
+def install(scheduler) -> bool:
     """Replace the backlog rescan and serialise it with ``put_task`` on ``scheduler`` (Parsl's
-    ``MPITaskScheduler``), unless a Parsl release has changed them."""
-    if hasattr(scheduler, "_schedule_backlog_tasks") and hasattr(scheduler, "put_task"):
-        scheduler.put_task = locked_put_task(scheduler.put_task)
-        scheduler._schedule_backlog_tasks = schedule_backlog_tasks
+    ``MPITaskScheduler``); where a Parsl release has renamed them, leave it and say so in the
+    pool's log (packed runs may then wait as described above), returning False."""
+    missing = [name for name in ("_schedule_backlog_tasks", "put_task") if not hasattr(scheduler, name)]
+    if missing:
+        print(f"orchestrator.pools.worker_pool: this Parsl's {getattr(scheduler, '__name__', scheduler)} has no "
+              f"{', '.join(missing)}: its MPI backlog is not fixed (packed sweeps may wait for ever; see Parsl PR "
+              f"#3800)", file=sys.stderr)
+        return False
+    scheduler.put_task = locked_put_task(scheduler.put_task)
+    scheduler._schedule_backlog_tasks = schedule_backlog_tasks
+    return True
 
 
 def main() -> None:
