@@ -118,7 +118,7 @@ def main() -> None:
     per_run_10 = [(s - b) / n for s, b in zip(samples[f"sweep{n}"], samples[f"bare{n}"])]
     for label, recs, walls in (("1-run sweep", one, samples["sweep1"]),
                                (f"{n}-run sweep", ten, samples[f"sweep{n}"])):
-        keys = [k for k in recs[0] if k not in ("since_import", "cpu_s", "peak_rss_mib")]
+        keys = [k for k in recs[0] if k not in ("since_import", "cpu_s", "peak_rss_mib", "children_cpu_s")]
         med = {k: statistics.median(r.get(k, 0.0) for r in recs) for k in keys}
         inner = sum(v for k, v in med.items() if k not in ("hydra_total", "mpi_job"))  # runs holds mpi_job
         startup = median(walls) - statistics.median(r["since_import"] for r in recs)

@@ -1,10 +1,14 @@
 """Thousands of runs: what the sweep driver costs per run, and whether any of it grows with the sweep.
 
-    python benchmarks/bench_sweep_scale.py [--runs 500,2000]
+    python benchmarks/bench_sweep_scale.py [--runs 500,2000] [--site local]
 
 For each size N, one ``scalestudy sweep`` of N runs of a trivial command workload on
-``site=local`` (1 rank; the command prints a throughput line), ``+params.i=range(0,N)``,
-into a new SQLite database. Measured on the driver process alone (not its MPI jobs):
+``--site`` (1 rank; the command prints a throughput line), ``+params.i=range(0,N)``,
+into a new SQLite database. Measured on the driver process alone (not its MPI jobs); on a
+scheduler site (``local_slurm``: the Parsl path, every run an ``srun`` in one batch job)
+also the login node's other processes the driver started and reaped: Parsl's interchange
+and the scheduler's commands (``children_cpu_s``; on ``site=local`` that would hold the runs
+themselves, so it is not printed there):
 
 - CPU time (user + system, all its threads; ``SCALESTUDY_PHASES``) per run — goal <= 50 ms;
 - resident memory sampled every 0.5 s from /proc against the runs finished so far (read
@@ -50,12 +54,12 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
-def one_sweep(runs: int) -> dict:
+def one_sweep(runs: int, site: str = "local") -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-sweep-scale-"))
     phases = work / "phases.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALESTUDY_")}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", SCALESTUDY_PHASES=str(phases))
-    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "site=local", "study_name=scale", "nodes=1",
+    cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", f"site={site}", "study_name=scale", "nodes=1",
            "workers_per_node=1", "threads_per_node=1", "workload.kind=command",
            f"workload.command=[python,-c,{json.dumps(PROGRAM)}]",
            "+workload.metrics.throughput.pattern='throughput: ([0-9.]+)'", f"+params.i=range(0,{runs})",
@@ -101,18 +105,23 @@ def rss_at(samples: list[tuple[float, int, float]], fraction: float, runs: int) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="500,2000", help="sweep sizes, comma-separated")
+    ap.add_argument("--site", default="local", help="site (local_slurm: the Parsl path)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.runs.split(",")]
-    print(f"sweep scale: sweeps of {', '.join(map(str, sizes))} runs of a trivial command, site=local, 1 rank, "
+    print(f"sweep scale: sweeps of {', '.join(map(str, sizes))} runs of a trivial command, site={args.site}, 1 rank, "
           "SQLite", flush=True)
     results = []
     for n in sizes:
-        r = one_sweep(n)
+        r = one_sweep(n, args.site)
         results.append(r)
         ph, s = r["phases"], r["samples"]
         print(f"\n{n} runs: wall {r['wall']:.0f} s ({n / r['wall']:.2f} runs/s)")
         print(f"  driver CPU {ph['cpu_s']:.1f} s = {ph['cpu_s'] / n * 1e3:.1f} ms per run (goal <= 50); "
               f"peak RSS {ph['peak_rss_mib']:.0f} MiB")
+        if args.site != "local" and "children_cpu_s" in ph:
+            both = ph["cpu_s"] + ph["children_cpu_s"]
+            print(f"  with the interchange and scheduler commands it reaped: {both:.1f} s = "
+                  f"{both / n * 1e3:.1f} ms per run")
         print(f"  RSS (MiB) by runs finished: <=10% {rss_at(s, .1, n):.0f}, <=50% {rss_at(s, .5, n):.0f}, "
               f"<=90% {rss_at(s, .9, n):.0f}, all {rss_at(s, 1.0, n):.0f}")
         print(f"  Hydra composing the jobs: {ph.get('compose_jobs', 0):.1f} s = "

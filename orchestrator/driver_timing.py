@@ -37,7 +37,11 @@ def write() -> None:
     import resource
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    # reaped children: Parsl's interchange and the scheduler's commands (sbatch, squeue); on
+    # site=local also the runs' own mpiexec and ranks, so read it per site
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {"since_import": time.perf_counter() - _T0, **{k: round(v, 4) for k, v in totals.items()},
-              "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+              "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+              "children_cpu_s": round(children.ru_utime + children.ru_stime, 3)}
     with open(path, "a") as fh:
         fh.write(json.dumps(record) + "\n")
