@@ -42,7 +42,12 @@ def run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional
     ``local_launch`` carries the run's prefix and environment.
     """
     in_process = isinstance(payload, tuple)
-    hydra_context, config, task_function, singleton_state = payload if in_process else cloudpickle.loads(payload)
+    if in_process:
+        hydra_context, config, task_function, singleton_state = payload
+    else:   # pools.parsl_pool: the sweep's constant parts, pickled once, and this job's config
+        shared, pickled_config = cloudpickle.loads(payload)
+        hydra_context, task_function, singleton_state = cloudpickle.loads(shared)
+        config = cloudpickle.loads(pickled_config)
     if local_launch is not None:
         from ..mpi.run import set_thread_launch
 
