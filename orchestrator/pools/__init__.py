@@ -41,12 +41,15 @@ class RunPool(Protocol):
         """The sweep is interrupted: stop what runs; how many runs were stopped."""
 
 
-def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob]) -> RunPool:
+def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
+                  first_nodes: int | None = None) -> RunPool:
+    """``first_nodes``: the node count of the run submitted first, whose batch job a scheduler
+    pool asks for as it starts."""
     if not site.scheduler.batch_jobs:
         return LocalRunPool(site, run)
     from .parsl_pool import ParslRunPool   # Parsl: about 1 s of imports a local sweep never pays
 
-    return ParslRunPool(site, run, run_dir, jobs)
+    return ParslRunPool(site, run, run_dir, jobs, first_nodes)
 
 
 __all__ = ["LocalRunPool", "RunPool", "local_mpiexec_prefix", "open_run_pool"]

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Iterable
 
 from parsl.config import Config
-from parsl.executors import MPIExecutor
 from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
 
 from ..mpi.env import batch_environment, env_bin_dir
 from ..site.allocation import BatchJob
 from ..site.config import SiteConfig
 from ..site.queues import job_site
+from .early_block import EarlyBlockMPIExecutor
 
 
 # Parsl's own log goes to its run folder (runinfo/), not through Hydra's console handlers.
@@ -78,15 +78,21 @@ def interchange_launcher(run_dir: Path) -> str:
     return str(path)
 
 
-def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob]) -> Config:
-    """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``."""
+def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob],
+                       first_nodes: int | None = None) -> Config:
+    """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``. The batch
+    job holding the first run (of ``first_nodes`` nodes) is submitted as Parsl starts
+    (``early_block``)."""
     if not site.scheduler.batch_jobs:
         raise ValueError("the local site runs without Parsl (orchestrator.pools.LocalRunPool)")
     run_dir.mkdir(parents=True, exist_ok=True)
     _put_env_on_path()
     init = worker_init(site, run_dir)
+    jobs = list(jobs)
+    early = next((job for job in jobs if first_nodes in job.holds), None)
     executors = [
-        MPIExecutor(label=executor_label(site, job.nodes), provider=make_provider(site, job, init),
+        EarlyBlockMPIExecutor(label=executor_label(site, job.nodes), provider=make_provider(site, job, init),
+                    early_block=job is early,   # the first run's batch job: submitted as Parsl starts
                     mpi_launcher=site.mpi_launcher, max_workers_per_block=site.max_concurrent_runs,
                     # the interchange listens where the worker pools can reach it: on loopback where
                     # every node is this host (shared_host: local_slurm's virtual nodes), else on

@@ -16,14 +16,15 @@ from ..site.config import SiteConfig
 
 
 class ParslRunPool:
-    def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob]) -> None:
+    def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
+                 first_nodes: int | None = None) -> None:
         import parsl
         from parsl.app.python import PythonApp
 
         from .parsl_config import build_parsl_config, executor_label
 
         self.site = site
-        self.dfk = parsl.load(build_parsl_config(site, run_dir, jobs))
+        self.dfk = parsl.load(build_parsl_config(site, run_dir, jobs, first_nodes))
         self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, job.nodes)])
                      for job in jobs for n in job.holds}
         self._shared: tuple[tuple, bytes] | None = None   # the sweep's constant parts, and them pickled

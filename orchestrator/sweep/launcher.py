@@ -240,7 +240,8 @@ class ParslLauncher(Launcher):
         gc.freeze()
         try:
             with timed("pool_start"):
-                pool = open_run_pool(site, run_hydra_job, sweep_dir / ".parsl", plan.batch_jobs)
+                pool = open_run_pool(site, run_hydra_job, sweep_dir / ".parsl", plan.batch_jobs,
+                                     first_nodes=to_run[0].num_nodes if to_run else None)
         except BaseException:
             gc.unfreeze()
             raise
