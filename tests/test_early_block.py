@@ -19,6 +19,7 @@ import parsl
 import pytest
 from parsl.app.python import PythonApp
 from parsl.config import Config
+from parsl.jobs.states import JobState
 from parsl.launchers import SimpleLauncher
 from parsl.providers import LocalProvider
 
@@ -92,32 +93,62 @@ def test_without_early_block_parsl_submits_after_the_interchange_answers(tmp_pat
     assert answered < launched
 
 
-def test_a_port_taken_before_the_interchange_binds_it_stops_the_start_in_one_line(tmp_path, monkeypatch):
-    from parsl.jobs.states import JobState
+def _until_cancelled(provider, job: str) -> JobState:
+    deadline = time.monotonic() + 20
+    while provider.status([job])[0].state != JobState.CANCELLED and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return provider.status([job])[0].state
 
+
+def test_a_port_taken_before_the_interchange_binds_it_falls_back_to_parsls_own_start(tmp_path, dfk_of,
+                                                                                      monkeypatch):
     holder = socket.socket()      # not ZeroMQ: listens and never greets
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     taken = holder.getsockname()[1]
     monkeypatch.setattr(early_block, "free_port", lambda address, port_range: taken)
-    executor = _executor(tmp_path, early=True)
-    t0 = time.monotonic()
     try:
-        with pytest.raises(InterchangeStartError) as err:
-            parsl.load(Config(executors=[executor], run_dir=str(tmp_path / "runinfo"), strategy_period=1))
+        executor = _executor(tmp_path, early=True)
+        t0 = time.monotonic()
+        dfk = dfk_of(executor)
+        assert time.monotonic() - t0 < 60                 # seen exiting, not Parsl's two minutes
+        assert executor.worker_port != taken              # the interchange chose its own port
+        (first,) = [job for job, held in executor.provider.resources.items() if held.get("cancelled")]
+        assert _until_cancelled(executor.provider, first) == JobState.CANCELLED   # the block given that port
+        assert first not in executor.blocks_to_job_id.values()   # and Parsl does not count it failed
+        app = PythonApp(_where_it_ran, data_flow_kernel=dfk, executors=["early"])
+        out = app(parsl_resource_specification={"num_nodes": 1, "ranks_per_node": 1}).result(timeout=120)
+        assert out["prefix"].startswith("mpiexec")        # on a block the strategy submitted
+        assert len(executor.provider.resources) == 2
     finally:
         holder.close()
-        parsl.clear()
-    assert time.monotonic() - t0 < 60                     # not Parsl's two minutes of waiting
-    message = str(err.value)
-    assert "\n" not in message
-    assert f"before listening on worker port {taken}" in message and "interchange.log" in message
-    (job,) = executor.blocks_to_job_id.values()
-    assert executor.provider.resources[job].get("cancelled")     # the early block is not left running
-    deadline = time.monotonic() + 20
-    while executor.provider.status([job])[0].state != JobState.CANCELLED and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert executor.provider.status([job])[0].state == JobState.CANCELLED
+
+
+def test_a_failed_start_cancels_the_early_block_and_stops_the_interchange(tmp_path, monkeypatch):
+    def never_listens(self, port, timeout_s=0):
+        raise InterchangeStartError(f"Parsl's interchange did not listen on worker port {port} within 0 s")
+
+    monkeypatch.setattr(EarlyBlockMPIExecutor, "wait_until_listening", never_listens)
+    executor = _executor(tmp_path, early=True)
+    stopped = []
+    real_stop = EarlyBlockMPIExecutor.stop_interchange
+
+    def stop(self):
+        stopped.append(self.interchange_proc)
+        real_stop(self)
+
+    monkeypatch.setattr(EarlyBlockMPIExecutor, "stop_interchange", stop)
+    with pytest.raises(InterchangeStartError, match="did not listen on worker port"):
+        try:
+            parsl.load(Config(executors=[executor], run_dir=str(tmp_path / "runinfo"), strategy_period=1))
+        finally:
+            parsl.clear()
+    (job,) = executor.provider.resources       # the one block, submitted early
+    assert _until_cancelled(executor.provider, job) == JobState.CANCELLED
+    assert executor.blocks_to_job_id == {}
+    (proc,) = stopped
+    assert proc is not None and proc.poll() is not None     # the interchange was running, and is ended
+    assert executor.interchange_proc is None
 
 
 def test_free_port_skips_ports_in_use_and_says_when_none_is_left():

@@ -15,11 +15,23 @@ from __future__ import annotations
 
 import concurrent.futures
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from ..site.allocation import BatchJob
-from ..site.config import SiteConfig
-from .local import LocalRunPool, local_mpiexec_prefix
+if TYPE_CHECKING:
+    from ..site.allocation import BatchJob
+    from ..site.config import SiteConfig
+    from .local import LocalRunPool, local_mpiexec_prefix
+
+
+def __getattr__(name: str):
+    """The local pool on first use: a batch job's worker pool (``python -m
+    orchestrator.pools.worker_pool``) imports this package first, and should not wait for
+    the site config's imports (Hydra, OmegaConf, YAML: ~0.23 s) before its fork server starts."""
+    if name in ("LocalRunPool", "local_mpiexec_prefix"):
+        from . import local
+
+        return getattr(local, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RunPool(Protocol):
@@ -46,6 +58,8 @@ def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence
     """``first_nodes``: the node count of the run submitted first, whose batch job a scheduler
     pool asks for as it starts."""
     if not site.scheduler.batch_jobs:
+        from .local import LocalRunPool
+
         return LocalRunPool(site, run)
     from .parsl_pool import ParslRunPool   # Parsl: about 1 s of imports a local sweep never pays
 

@@ -9,8 +9,11 @@ and the block is submitted just before the interchange is started: the batch job
 its worker pool imports Parsl, while the interchange does. The rest is Parsl's own start: it
 waits for the interchange and asks which port it bound, and nothing else of Parsl runs before
 that answer; the question is put only once a ZeroMQ socket listens on the port, so an
-interchange that exits at its bind (the port taken meanwhile) fails the start at once, with
-one line, and its block is cancelled, instead of Parsl waiting two minutes for an answer.
+interchange that exits at its bind (the port taken meanwhile) is seen at once, instead of
+Parsl waiting two minutes for an answer: its block is cancelled and the interchange started
+again Parsl's own way (ports tried until one binds, the block submitted at the next tick).
+A start that fails otherwise cancels the block and stops the interchange (``abandon`` does
+the same for a ``parsl.load`` that failed in another executor's start).
 
 Only the executor of the sweep's first run gets this: a block for a node count whose runs come
 later would sit idle in its allocation until then.
@@ -18,6 +21,7 @@ later would sit idle in its allocation until then.
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import time
@@ -26,11 +30,17 @@ from parsl.executors import MPIExecutor
 
 from ..errors import ScalestudyError
 
+log = logging.getLogger(__name__)
+
 INTERCHANGE_START_S = 120.0   # what Parsl allows its interchange to start
 
 
 class InterchangeStartError(ScalestudyError):
     """The interchange did not come up on the port chosen for it (one line; the sweep stops)."""
+
+
+class InterchangeExited(InterchangeStartError):
+    """The interchange exited before listening (its port taken): started again, Parsl's way."""
 
 
 def free_port(address: str | None, port_range: tuple[int, int], tries: int = 50) -> int:
@@ -77,14 +87,24 @@ class EarlyBlockMPIExecutor(MPIExecutor):
         client.run = run
         try:
             super()._start_local_interchange_process()
-            if self.worker_port != chosen:
-                raise InterchangeStartError(f"Parsl's interchange bound worker port {self.worker_port}, not "
-                                            f"{chosen}, which the first batch job was given")
+        except InterchangeExited as exc:
+            # the port was taken between the check and the bind (another process, or one listening
+            # on IPv6 only): Parsl's own start instead, whose interchange tries ports until one
+            # binds; the block that was given this port goes, and the strategy submits a new one
+            log.warning("%s; starting it on a port of its own choosing instead", exc)
+            self.cancel_blocks(early)
+            self.forget_blocks(early)   # else Parsl counts it a failed block and gives up on the executor
+            self.interchange_proc, self.worker_port = None, None
+            del client.run
+            super()._start_local_interchange_process()
+            return
         except BaseException:
-            self._cancel_early(early)
+            self.cancel_blocks(early)
+            self.forget_blocks(early)   # cancelled once: ``abandon`` after the failed load finds none
+            self.stop_interchange()
             raise
         finally:
-            del client.run
+            client.__dict__.pop("run", None)
 
     def wait_until_listening(self, port: int, timeout_s: float = INTERCHANGE_START_S) -> None:
         """Until a ZeroMQ socket listens on ``port`` while the interchange lives (Parsl's question
@@ -94,7 +114,7 @@ class EarlyBlockMPIExecutor(MPIExecutor):
         while not zmq_listens(host, port):
             code = self.interchange_proc.poll() if self.interchange_proc is not None else None
             if code is not None:
-                raise InterchangeStartError(
+                raise InterchangeExited(
                     f"Parsl's interchange exited as it started (exit code {code}), before listening on worker "
                     f"port {port}; its log is {self.logdir}/interchange.log")
             if time.monotonic() > deadline:
@@ -102,13 +122,46 @@ class EarlyBlockMPIExecutor(MPIExecutor):
                                             f"{timeout_s:.0f} s; its log is {self.logdir}/interchange.log")
             time.sleep(0.02)
 
-    def _cancel_early(self, block_ids: list[str]) -> None:
+    def cancel_blocks(self, block_ids: list[str]) -> None:
+        """Cancel these blocks' batch jobs; a job the scheduler would not cancel is named in
+        the log, with the command that cancels it by hand."""
         jobs = [self.blocks_to_job_id[b] for b in block_ids if b in self.blocks_to_job_id]
-        if jobs:
+        if not jobs:
+            return
+        try:
+            done = self.provider.cancel(jobs)
+        except BaseException as exc:  # the command failed or timed out (a Ctrl-C reaches the caller)
+            done = [False] * len(jobs)
+            if not isinstance(exc, Exception):
+                raise
+        for job, ok in zip(jobs, done or [False] * len(jobs)):
+            if not ok:
+                log.warning("batch job %s of a failed start could not be cancelled: cancel it by hand "
+                            "(scancel, qdel)", job)
+
+    def forget_blocks(self, block_ids: list[str]) -> None:
+        """Drop cancelled blocks from Parsl's books (before its poller has seen them)."""
+        for block in block_ids:
+            job = self.blocks_to_job_id.pop(block, None)
+            self.job_ids_to_block.pop(job, None)
+            self._status.pop(block, None)
+            self._simulated_status.pop(block, None)
+
+    def abandon(self) -> None:
+        """``parsl.load`` failed (this executor's start or a later one's): Parsl cleans up
+        nothing, so the blocks submitted and the interchange started go here."""
+        self.cancel_blocks(list(self.blocks_to_job_id))
+        self.stop_interchange()
+
+    def stop_interchange(self) -> None:
+        """A start that failed leaves no interchange: Parsl's shutdown never runs for it."""
+        proc, self.interchange_proc = self.interchange_proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
             try:
-                self.provider.cancel(jobs)
-            except Exception:  # the scheduler refused: the pool exits when it finds no interchange
-                pass
+                proc.wait(timeout=5)
+            except Exception:
+                proc.kill()
 
 
 ZMTP_SIGNATURE_FIRST_BYTE = 0xFF   # ZeroMQ's greeting, sent by a listening socket on accepting

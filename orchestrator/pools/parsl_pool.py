@@ -24,7 +24,15 @@ class ParslRunPool:
         from .parsl_config import build_parsl_config, executor_label
 
         self.site = site
-        self.dfk = parsl.load(build_parsl_config(site, run_dir, jobs, first_nodes))
+        config = build_parsl_config(site, run_dir, jobs, first_nodes)
+        try:
+            self.dfk = parsl.load(config)
+        except BaseException:   # Parsl cleans up nothing of a failed load: the early block would stay
+            for executor in config.executors:
+                abandon = getattr(executor, "abandon", None)
+                if abandon is not None:
+                    abandon()
+            raise
         self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, job.nodes)])
                      for job in jobs for n in job.holds}
         self._shared: tuple[tuple, bytes] | None = None   # the sweep's constant parts, and them pickled

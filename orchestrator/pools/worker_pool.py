@@ -86,9 +86,9 @@ class ForkServerContext:
     """Parsl's ``SpawnContext`` in the pool's process, with processes from a fork server.
 
     The pool's script runs as ``__main__`` (``runpy``), so its worker function pickles as
-    ``__main__.worker``, which a forked child of the server cannot find; the same function of
-    the installed module (the script is that module's copy) is what is started instead, as a
-    spawned child would have re-imported it."""
+    ``__main__.worker``, which a child would find only by running the script again as
+    ``__mp_main__``; the same function of the installed module (the script is that module's
+    copy), imported in the server already, is started instead."""
 
     def __init__(self, context, module_name: str = POOL_MODULE, manager=None):
         self._context = context
