@@ -129,12 +129,10 @@ class EarlyBlockMPIExecutor(MPIExecutor):
         if not jobs:
             return
         try:
-            done = self.provider.cancel(jobs)
-        except BaseException as exc:  # the command failed or timed out (a Ctrl-C reaches the caller)
-            done = [False] * len(jobs)
-            if not isinstance(exc, Exception):
-                raise
-        for job, ok in zip(jobs, done or [False] * len(jobs)):
+            done = self.provider.cancel(jobs) or []
+        except Exception:  # the command failed or timed out
+            done = []
+        for job, ok in zip(jobs, [*done, *[False] * len(jobs)]):
             if not ok:
                 log.warning("batch job %s of a failed start could not be cancelled: cancel it by hand "
                             "(scancel, qdel)", job)

@@ -28,10 +28,8 @@ class ParslRunPool:
         try:
             self.dfk = parsl.load(config)
         except BaseException:   # Parsl cleans up nothing of a failed load: the early block would stay
-            for executor in config.executors:
-                abandon = getattr(executor, "abandon", None)
-                if abandon is not None:
-                    abandon()
+            for executor in config.executors:   # every one an EarlyBlockMPIExecutor
+                executor.abandon()
             raise
         self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, job.nodes)])
                      for job in jobs for n in job.holds}

@@ -32,6 +32,14 @@ def subdir_reads_hydra(config: DictConfig) -> bool:
     return subdir not in ("${hydra.job.num}", "${hydra.job.id}")
 
 
+def decode_payload(payload: bytes) -> tuple:
+    """(Hydra's context, the job's config, the task function, Hydra's singletons) from what
+    ``pools.parsl_pool`` sends: the sweep's constant parts, pickled once, and this job's config."""
+    shared, pickled_config = cloudpickle.loads(payload)
+    hydra_context, task_function, singleton_state = cloudpickle.loads(shared)
+    return hydra_context, cloudpickle.loads(pickled_config), task_function, singleton_state
+
+
 def run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional[dict] = None,
                   local_launch: Optional[tuple[str, dict]] = None) -> bytes | JobReturn:
     """Runs on a Parsl worker: Hydra's ``run_job`` for one job config.
@@ -42,12 +50,7 @@ def run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional
     ``local_launch`` carries the run's prefix and environment.
     """
     in_process = isinstance(payload, tuple)
-    if in_process:
-        hydra_context, config, task_function, singleton_state = payload
-    else:   # pools.parsl_pool: the sweep's constant parts, pickled once, and this job's config
-        shared, pickled_config = cloudpickle.loads(payload)
-        hydra_context, task_function, singleton_state = cloudpickle.loads(shared)
-        config = cloudpickle.loads(pickled_config)
+    hydra_context, config, task_function, singleton_state = payload if in_process else decode_payload(payload)
     if local_launch is not None:
         from ..mpi.run import set_thread_launch
 
