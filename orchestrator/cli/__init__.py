@@ -7,8 +7,11 @@ its group, imported only when it runs (``status`` must not pay for Hydra or pand
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
+import threading
 from typing import Sequence
 
 from .common import db_url_from, fail
@@ -79,3 +82,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             return fail(f"database {safe_url(url)}: {scrub(first, url)}")
         raise
+
+
+def run() -> None:
+    """The ``scalestudy`` command: ``main``, then an exit without the interpreter's teardown.
+
+    A sweep driver ends holding Parsl, ZeroMQ, SQLAlchemy, Hydra and pandas: finalising their
+    modules and objects took 0.35-0.5 s on this VM after the sweep's table was printed, a
+    tenth of a one-run sweep (benchmarks/RESULTS.md, issue 29). The exit handlers still run
+    (logging's flush, multiprocessing's joins, Parsl's, SQLAlchemy's), so the files and the
+    database are as a normal exit leaves them (the database's writes are committed before
+    ``main`` returns); only the freeing of memory the process is about to give back is skipped.
+    A normal exit where another thread is still alive (it would wait for it), under a tracer or
+    profiler (coverage, ``python -m cProfile``: they write their data after the program ends),
+    or where the standard streams cannot be flushed (a closed pipe: Python's own message then)."""
+    code = main()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)   # what a normal exit calls (CPython)
+    watched = sys.gettrace() is not None or sys.getprofile() is not None   # coverage, cProfile: write at the end
+    if threading.active_count() > 1 or run_exit_handlers is None or watched:
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    run_exit_handlers()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code if isinstance(code, int) else 1)

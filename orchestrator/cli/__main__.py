@@ -1,7 +1,5 @@
 """``python -m orchestrator.cli``: the ``scalestudy`` command (a detached sweep's driver runs so)."""
 
-import sys
+from . import run
 
-from . import main
-
-sys.exit(main())
+run()

@@ -4,7 +4,8 @@ Parsl starts its interchange as a plain child process: when the driver is killed
 (SIGKILL, a lost login session) the interchange lives on, keeps the worker pools in
 the batch jobs alive with its heartbeats, and the allocations burn node-hours until
 their walltime. Started through this module the interchange gets SIGTERM from the
-kernel as soon as its parent dies (Linux's parent-death signal survives the exec); the
+kernel as soon as its parent dies (Linux's parent-death signal, armed before Parsl's
+interchange script runs in this same process); the
 worker pools then lose contact and exit after Parsl's heartbeat threshold, and their
 batch jobs end. A resumed sweep cancels a stopped driver's batch jobs at once.
 
@@ -14,6 +15,7 @@ batch jobs end. A resumed sweep cancels a stopped driver's batch jobs at once.
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import signal
 import sys
@@ -29,14 +31,21 @@ def main() -> None:
     # Ctrl-C in a terminal reaches the whole process group: the driver handles it (stops its runs,
     # cancels its blocks, which needs this interchange alive); here it would only print a
     # traceback and leave the driver's shutdown waiting for an interchange that is gone.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # kept across the exec
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.getppid() == 1:  # the driver died before the signal was armed
         sys.exit(1)
     program = shutil.which("interchange.py", path=os.path.dirname(sys.executable) + os.pathsep +
                            os.environ.get("PATH", ""))
     if program is None:
         sys.exit("orchestrator.pools.interchange: Parsl's interchange.py is not on PATH")
-    os.execv(sys.executable, [sys.executable, program])
+    from .unchecked_parsl import typechecks_off
+
+    # run in this process, not exec'd: Parsl's modules without typeguard's checks (0.25-0.35 s of
+    # its start, which the first run's worker pool may wait on); the interchange builds nothing
+    # from user input. Its config comes on stdin, as it would to the script run directly.
+    sys.argv[0] = program
+    with typechecks_off():
+        runpy.run_path(program, run_name="__main__")
 
 
 if __name__ == "__main__":

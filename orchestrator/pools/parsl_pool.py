@@ -18,13 +18,16 @@ from ..site.config import SiteConfig
 class ParslRunPool:
     def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
                  first_nodes: int | None = None) -> None:
-        import parsl
-        from parsl.app.python import PythonApp
+        from .unchecked_parsl import typechecks_off
 
-        from .parsl_config import build_parsl_config, executor_label
+        with typechecks_off():   # Parsl's modules without typeguard: 0.25-0.35 s before the first block
+            import parsl
+            from parsl.app.python import PythonApp
 
-        self.site = site
-        config = build_parsl_config(site, run_dir, jobs, first_nodes)
+            from .parsl_config import build_parsl_config, executor_label
+
+            self.site = site
+            config = build_parsl_config(site, run_dir, jobs, first_nodes)
         try:
             self.dfk = parsl.load(config)
         except BaseException:   # Parsl cleans up nothing of a failed load: the early block would stay

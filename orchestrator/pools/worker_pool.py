@@ -80,6 +80,8 @@ def install(scheduler) -> bool:
 
 
 POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
+# what the fork server imports: the pool's module, without typeguard (worker_pool_preload)
+PRELOAD_MODULE = "orchestrator.pools.worker_pool_preload"
 
 
 class ForkServerContext:
@@ -111,7 +113,7 @@ class ForkServerContext:
         return getattr(self._context, name)
 
 
-def fast_start_context(preload: tuple[str, ...] = (POOL_MODULE,)):
+def fast_start_context(preload: tuple[str, ...] = (PRELOAD_MODULE,)):
     """Start a fork server now, importing ``preload`` in it while the caller goes on; None
     where the platform has none (the pool then spawns as Parsl does)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -128,19 +130,22 @@ def fast_start_context(preload: tuple[str, ...] = (POOL_MODULE,)):
 
 
 def main() -> None:
-    context = fast_start_context()
-    import parsl.multiprocessing
-    from parsl.executors.high_throughput import mpi_resource_management
+    from .unchecked_parsl import typechecks_off
 
-    if context is not None:
-        parsl.multiprocessing.SpawnContext = context   # read by the script's `from ... import SpawnContext`
-    install(mpi_resource_management.MPITaskScheduler)
-    program = shutil.which("process_worker_pool.py",
-                           path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    if program is None:
-        sys.exit("orchestrator.pools.worker_pool: Parsl's process_worker_pool.py is not on PATH")
-    sys.argv[0] = program
-    runpy.run_path(program, run_name="__main__")
+    context = fast_start_context()
+    with typechecks_off():   # this process builds no Parsl object from user input (unchecked_parsl)
+        import parsl.multiprocessing
+        from parsl.executors.high_throughput import mpi_resource_management
+
+        if context is not None:
+            parsl.multiprocessing.SpawnContext = context   # read by the script's `from ... import SpawnContext`
+        install(mpi_resource_management.MPITaskScheduler)
+        program = shutil.which("process_worker_pool.py",
+                               path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        if program is None:
+            sys.exit("orchestrator.pools.worker_pool: Parsl's process_worker_pool.py is not on PATH")
+        sys.argv[0] = program
+        runpy.run_path(program, run_name="__main__")
 
 
 if __name__ == "__main__":
