@@ -18,7 +18,7 @@ from ..site.config import SiteConfig
 class ParslRunPool:
     def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
                  first_nodes: int | None = None) -> None:
-        from .unchecked_parsl import typechecks_off
+        from .lean_parsl import typechecks_off
 
         with typechecks_off():   # Parsl's modules without typeguard: 0.25-0.35 s before the first block
             import parsl

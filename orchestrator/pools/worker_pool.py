@@ -130,10 +130,11 @@ def fast_start_context(preload: tuple[str, ...] = (PRELOAD_MODULE,)):
 
 
 def main() -> None:
-    from .unchecked_parsl import typechecks_off
+    from .lean_parsl import hollow_packages, typechecks_off
 
     context = fast_start_context()
-    with typechecks_off():   # this process builds no Parsl object from user input (unchecked_parsl)
+    hollow_packages()   # the pool's modules of Parsl, not its whole package (lean_parsl)
+    with typechecks_off():   # this process builds no Parsl object from user input (lean_parsl)
         import parsl.multiprocessing
         from parsl.executors.high_throughput import mpi_resource_management
 

@@ -1,5 +1,7 @@
-"""Parsl imported without typeguard's checks (``orchestrator.pools.unchecked_parsl``): what is
-switched off, only there, and that every site's Parsl config still passes the checks.
+"""Parsl imported lean (``orchestrator.pools.lean_parsl``): without typeguard's checks (what
+is switched off, only there, and that every site's Parsl config still passes the checks), and
+without the package ``__init__``s in the worker pool and the interchange (what is not loaded,
+and that a package completes itself when asked for a name it lacks).
 
 Each case runs in a fresh interpreter: whether Parsl's modules are instrumented is decided
 once, when they are first imported, and this test process may have imported them either way."""
@@ -41,7 +43,7 @@ def _python(body: str, probe: bool = True) -> dict:
 def test_parsl_imported_inside_is_unchecked_and_typeguard_is_restored_after():
     out = _python("""
         import json, typeguard
-        from orchestrator.pools.unchecked_parsl import typechecks_off
+        from orchestrator.pools.lean_parsl import typechecks_off
         before = typeguard.typechecked
         with typechecks_off():
             import parsl.config
@@ -87,22 +89,60 @@ def test_every_sites_parsl_config_passes_parsls_checks(tmp_path):
 
 def test_the_sweep_drivers_pool_and_the_batch_jobs_pool_import_parsl_unchecked(tmp_path):
     """The three processes on the way to a first run import Parsl through ``typechecks_off``:
-    the driver's pool (``ParslRunPool``), the worker pool's fork server preload, and the
-    interchange (its launcher runs Parsl's script in-process, within the context)."""
+    the driver's pool (``ParslRunPool``), the worker pool and its fork server's preload, and the
+    interchange (its launcher runs Parsl's script in-process, within the context); the last two
+    also through ``hollow_packages``."""
     source = {name: (REPO / "orchestrator" / "pools" / f"{name}.py").read_text()
               for name in ("parsl_pool", "worker_pool", "worker_pool_preload", "interchange")}
     for name, text in source.items():
         assert "typechecks_off()" in text, name
+        assert ("hollow_packages()" in text) is (name != "parsl_pool"), name
     out = _python("""
         import json, sys
         import orchestrator.pools.worker_pool_preload   # what the fork server imports
-        from parsl.config import Config
-        try:
-            Config(retries="three")
-            probe = "accepted"
-        except Exception as exc:
-            probe = type(exc).__name__
-        print(json.dumps({"probe": probe,
+        lean = not any(m in sys.modules for m in ("sqlalchemy", "parsl.dataflow.dflow", "parsl.executors.flux"))
+        from parsl.log_utils import set_stream_logger   # @typechecked, and imported by the pool
+        probe = "checked" if "typeguard" in set_stream_logger.__code__.co_names else "accepted"
+        print(json.dumps({"probe": probe, "lean": lean,
                           "pool_module": "parsl.executors.high_throughput.process_worker_pool" in sys.modules}))
     """, probe=False)
-    assert out == {"probe": "accepted", "pool_module": True}
+    assert out == {"probe": "accepted", "lean": True, "pool_module": True}
+
+
+def test_hollow_packages_load_only_what_is_imported_and_complete_themselves_when_asked():
+    """The worker pool's module and the interchange's imports without the package ``__init__``s:
+    no DataFlowKernel, no Flux executor, no SQLAlchemy (Parsl's monitoring database). Then
+    everything a full ``import parsl`` gives is still there the first time it is asked for."""
+    out = _python("""
+        import json, sys
+        from orchestrator.pools.lean_parsl import hollow_packages
+        hollowed = hollow_packages()
+        again = hollow_packages()
+        import parsl.executors.high_throughput.process_worker_pool
+        from parsl.executors.high_throughput.manager_selector import RandomManagerSelector
+        from parsl import curvezmq   # a submodule through the hollow package: no __init__ run
+        pool_modules = {m for m in sys.modules if m.startswith("parsl")}
+        import orchestrator.sweep.app, orchestrator.sweep.job_returns, orchestrator.mpi.run   # the worker's task
+        task_adds = sorted({m for m in sys.modules if m.startswith("parsl")} - pool_modules)
+        loaded = sorted(m for m in ("sqlalchemy", "parsl.dataflow.dflow", "parsl.executors.flux.executor",
+                                    "parsl.monitoring.monitoring") if m in sys.modules)
+        import parsl
+        version = parsl.__version__                       # the package's __init__ runs here
+        from parsl.executors import MPIExecutor
+        from parsl.monitoring import MonitoringHub
+        try:
+            parsl.no_such_name
+            missing = "no error"
+        except AttributeError:
+            missing = "AttributeError"
+        print(json.dumps({"hollowed": hollowed, "again": again, "loaded": loaded, "task_adds": task_adds,
+                          "version": version,
+                          "mpi": MPIExecutor.__name__, "hub": MonitoringHub.__name__, "missing": missing,
+                          "load": callable(parsl.load), "getattr_left": "__getattr__" in vars(parsl)}))
+    """, probe=False)
+    import parsl
+
+    assert out == {"hollowed": ["parsl", "parsl.executors", "parsl.monitoring"], "again": [], "loaded": [],
+                   "task_adds": [],
+                   "version": parsl.__version__, "mpi": "MPIExecutor", "hub": "MonitoringHub",
+                   "missing": "AttributeError", "load": True, "getattr_left": False}
