@@ -7,7 +7,9 @@ SQLAlchemy URL (e.g. ``postgresql+psycopg://…``) selects another server.
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,6 +116,23 @@ def missing_sqlite_file(url: str | None = None) -> Path | None:
     return None if path.exists() else path
 
 
+# Every engine ``connect`` made that is still alive, closed at exit: ``scalestudy`` ends with
+# ``os._exit`` after the exit handlers (orchestrator.cli.run), skipping the teardown that would
+# otherwise close their connections: SQLite would leave its -wal and -shm files beside the
+# database (the last writes checkpointed only by the next open) and PostgreSQL would log each
+# connection as dropped.
+_OPEN_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _dispose_open_engines() -> None:
+    for engine in list(_OPEN_ENGINES):
+        try:
+            engine.dispose()
+        except Exception:  # noqa: BLE001 - at exit: a database gone is no reason to fail the exit
+            pass
+
+
 def connect(url: str | None = None, upgrade: bool = True) -> Engine:
     """An engine for the results database, its schema migrated to the code's revision."""
     resolved = resolve_db_url(url)
@@ -126,6 +145,7 @@ def connect(url: str | None = None, upgrade: bool = True) -> Engine:
         except OSError:   # created meanwhile by another sweep, or not writable: SQLite says so itself
             pass
     engine = create_engine(resolved, future=True, hide_parameters=True)
+    _OPEN_ENGINES.add(engine)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)

@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -146,3 +148,50 @@ def test_hollow_packages_load_only_what_is_imported_and_complete_themselves_when
                    "task_adds": [],
                    "version": parsl.__version__, "mpi": "MPIExecutor", "hub": "MonitoringHub",
                    "missing": "AttributeError", "load": True, "getattr_left": False}
+
+
+def test_a_hollow_package_completes_once_across_threads_and_again_after_a_failed_init(tmp_path, monkeypatch):
+    """A stand-in package (not Parsl: its ``__init__`` is slow, counts its runs and fails while a
+    flag file exists): a second thread asking while the first runs the ``__init__`` waits and
+    gets the name; an ``__init__`` that fails raises its own error, and the next request runs it
+    again; a submodule imports without it."""
+    import importlib
+    import threading
+
+    from orchestrator.pools.lean_parsl import hollow_packages
+
+    package = tmp_path / "hollow_stand_in"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(f"""
+        import os, time
+        RUNS = globals().get("RUNS", 0) + 1
+        if os.path.exists({str(tmp_path / 'fail')!r}):
+            raise RuntimeError("init failed on purpose")
+        time.sleep(0.3)
+        ANSWER = 42
+    """))
+    (package / "part.py").write_text("VALUE = 'part'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hollow_stand_in", raising=False)
+    monkeypatch.delitem(sys.modules, "hollow_stand_in.part", raising=False)
+    assert hollow_packages(("hollow_stand_in",)) == ["hollow_stand_in"]
+    module = sys.modules["hollow_stand_in"]
+    assert importlib.import_module("hollow_stand_in.part").VALUE == "part"
+    assert "ANSWER" not in vars(module) and "RUNS" not in vars(module)     # the submodule ran no __init__
+
+    (tmp_path / "fail").write_text("")
+    with pytest.raises(RuntimeError, match="on purpose"):
+        module.ANSWER
+    (tmp_path / "fail").unlink()
+
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(module.ANSWER)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [42, 42]
+    assert module.RUNS == 2                                  # the failed run, then one run for both threads
+    assert "__getattr__" not in vars(module)
+    with pytest.raises(AttributeError):
+        module.no_such_name

@@ -90,9 +90,10 @@ def run() -> None:
     A sweep driver ends holding Parsl, ZeroMQ, SQLAlchemy, Hydra and pandas: finalising their
     modules and objects took 0.35-0.5 s on this VM after the sweep's table was printed, a
     tenth of a one-run sweep (benchmarks/RESULTS.md, issue 29). The exit handlers still run
-    (logging's flush, multiprocessing's joins, Parsl's, SQLAlchemy's), so the files and the
-    database are as a normal exit leaves them (the database's writes are committed before
-    ``main`` returns); only the freeing of memory the process is about to give back is skipped.
+    (logging's flush, multiprocessing's joins, Parsl's, the database engines' ``dispose``), so
+    the files and the database are as a normal exit leaves them (the database's writes are
+    committed before ``main`` returns); only the freeing of memory the process is about to give
+    back is skipped.
     A normal exit where another thread is still alive (it would wait for it), under a tracer or
     profiler (coverage, ``python -m cProfile``: they write their data after the program ends),
     or where the standard streams cannot be flushed (a closed pipe: Python's own message then)."""
@@ -106,9 +107,21 @@ def run() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         sys.exit(code)
-    run_exit_handlers()
+    status = _exit_status(code)   # as sys.exit reads it: None is 0, a message is printed and is 1
+    run_exit_handlers()   # the database engines' too (results_db.store): no -wal file is left
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    finally:
-        os._exit(code if isinstance(code, int) else 1)
+    except (OSError, ValueError):
+        status = 120   # what Python exits with when it cannot flush its streams at exit
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(code)`` would give (a message other than an int goes to stderr)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1

@@ -112,7 +112,7 @@ def _multirun_without_asking() -> Iterator[None]:
     if original is None:   # a Hydra without it: nothing to skip
         yield
         return
-    Hydra.get_mode = lambda self, config_name, overrides: None
+    Hydra.get_mode = lambda *_args, **_kwargs: None
     try:
         yield
     finally:

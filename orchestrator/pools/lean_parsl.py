@@ -83,22 +83,39 @@ def hollow_packages(names: tuple[str, ...] = HOLLOW_PACKAGES) -> list[str]:
 
 
 def _completer(module: Any, spec: Any):
-    """The hollow package's module ``__getattr__``: run its ``__init__`` once, then answer."""
+    """The hollow package's module ``__getattr__``: run its ``__init__`` once, then answer.
+
+    One thread runs it; another asking meanwhile waits for it and then reads the completed
+    module (the pool and the interchange have several threads). A name asked for by the
+    ``__init__`` itself while it runs (its own imports) is missing, as in a plain import. An
+    ``__init__`` that fails raises its own error, and the next request runs it again."""
+    import threading
     from importlib.machinery import PathFinder
 
-    state = {"running": False}
+    lock = threading.RLock()
+    state = {"running_in": None, "done": False}
 
     def __getattr__(name: str) -> Any:  # noqa: N807 (PEP 562's name)
+        missing = AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
         # a submodule not imported yet (``from parsl import curvezmq`` asks first): the import
         # system imports it on hearing AttributeError, without the package's __init__
-        if state["running"] or name in ("__path__", "__file__", "__spec__", "__loader__") or \
+        if name in ("__path__", "__file__", "__spec__", "__loader__") or \
                 PathFinder.find_spec(f"{module.__name__}.{name}", module.__path__) is not None:
-            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
-        state["running"] = True
-        try:
-            spec.loader.exec_module(module)   # the package's own __init__, in this module's namespace
-        finally:
-            module.__dict__.pop("__getattr__", None)
-        return getattr(module, name)
+            raise missing
+        if state["running_in"] == threading.get_ident():
+            raise missing
+        with lock:
+            if not state["done"]:
+                state["running_in"] = threading.get_ident()
+                try:
+                    spec.loader.exec_module(module)   # the package's own __init__, in this namespace
+                    state["done"] = True
+                finally:
+                    state["running_in"] = None
+                if module.__dict__.get("__getattr__") is __getattr__:
+                    del module.__dict__["__getattr__"]
+        if name in module.__dict__:
+            return module.__dict__[name]
+        raise missing
 
     return __getattr__
