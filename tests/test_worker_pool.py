@@ -99,3 +99,42 @@ def test_a_parsl_without_the_methods_is_said_not_patched(capsys):
     assert worker_pool.install(Renamed) is False
     assert "has no _schedule_backlog_tasks" in capsys.readouterr().err
     assert not hasattr(Renamed, "_schedule_backlog_tasks")
+
+
+def test_the_task_module_reaches_the_fork_servers_preload_through_the_launch_command(tmp_path):
+    """The driver names its task's module (``--preload=``); the pool strips it before Parsl's own
+    argument parser and the fork server's preload imports it, surviving one that fails; the
+    pools layer itself imports nothing of the sweep's."""
+    import ast
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestrator.pools.parsl_config import worker_pool_launch_cmd
+    from orchestrator.pools.worker_pool import take_preload
+
+    cmd = worker_pool_launch_cmd(("orchestrator.sweep.job_returns",))
+    assert "-m orchestrator.pools.worker_pool --preload=orchestrator.sweep.job_returns " in cmd
+    with pytest.raises(ValueError, match="not a module name"):
+        worker_pool_launch_cmd(("x; rm -rf ~",))
+    assert take_preload(["pool", "--preload=a.b", "-p", "0", "--preload=c"]) == (["a.b", "c"], ["pool", "-p", "0"])
+
+    (tmp_path / "broken_task_module.py").write_text("raise RuntimeError('broken at import')\n")
+    program = ("import json, sys; import orchestrator.pools.worker_pool_preload; "
+               "print(json.dumps({m: m in sys.modules for m in ('orchestrator.sweep.job_returns', 'hydra')}))")
+    env = {**os.environ, "SCALESTUDY_POOL_PRELOAD": "broken_task_module,orchestrator.sweep.job_returns",
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).resolve().parent.parent}"}
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"orchestrator.sweep.job_returns": True, "hydra": True}
+
+    pools = Path(__file__).resolve().parent.parent / "orchestrator" / "pools"
+    upward = []
+    for path in pools.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{'.' * node.level}{node.module or ''}"] if isinstance(node, ast.ImportFrom) else []
+            upward += [(path.name, n) for n in names if n.startswith(("orchestrator.sweep", "..sweep"))]
+    assert upward == []

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from parsl.config import Config
 from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
@@ -35,14 +35,22 @@ logging.getLogger("parsl").propagate = False
 log = logging.getLogger(__name__)
 
 
-def worker_pool_launch_cmd() -> str:
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+
+
+def worker_pool_launch_cmd(preload: Sequence[str] = ()) -> str:
     """Parsl's launch command with its worker pool started through ``orchestrator.pools.worker_pool``
     by this environment's own python3 (by path: a site's ``module load python`` may put another
-    first on the batch job's PATH)."""
+    first on the batch job's PATH). ``preload``: modules of the tasks to come (the task
+    function's), imported by the pool's fork server before the first task arrives."""
     import shlex
 
+    bad = [m for m in preload if not _MODULE_NAME.match(m)]
+    if bad:
+        raise ValueError(f"worker pool preload: {bad[0]!r} is not a module name")
     python = shlex.quote(os.path.join(env_bin_dir(), "python3"))
-    cmd = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", f"{python} -m orchestrator.pools.worker_pool", 1)
+    extra = "".join(f" --preload={m}" for m in preload)
+    cmd = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", f"{python} -m orchestrator.pools.worker_pool{extra}", 1)
     assert cmd != DEFAULT_LAUNCH_CMD
     return cmd
 
@@ -79,10 +87,10 @@ def interchange_launcher(run_dir: Path) -> str:
 
 
 def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob],
-                       first_nodes: int | None = None) -> Config:
+                       first_nodes: int | None = None, preload: Sequence[str] = ()) -> Config:
     """Also keeps Parsl's own log out of the terminal: it goes to ``run_dir/runinfo``. The batch
     job holding the first run (of ``first_nodes`` nodes) is submitted as Parsl starts
-    (``early_block``)."""
+    (``early_block``); its worker pool imports ``preload`` ahead of the first task."""
     if not site.scheduler.batch_jobs:
         raise ValueError("the local site runs without Parsl (orchestrator.pools.LocalRunPool)")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -100,7 +108,7 @@ def build_parsl_config(site: SiteConfig, run_dir: Path, jobs: Iterable[BatchJob]
                     address="127.0.0.1" if site.shared_host else None,
                     heartbeat_period=15, heartbeat_threshold=120,
                     # Parsl's worker pool with its MPI backlog fixed (orchestrator/pools/worker_pool.py)
-                    launch_cmd=worker_pool_launch_cmd(),
+                    launch_cmd=worker_pool_launch_cmd(preload),
                     # CurveZMQ: only worker pools holding this sweep's keys (a private 0700 folder
                     # under runinfo/) may register. Unencrypted, anyone who can reach the
                     # interchange's port can register as a worker, receive tasks, and have the

@@ -27,7 +27,9 @@ class ParslRunPool:
             from .parsl_config import build_parsl_config, executor_label
 
             self.site = site
-            config = build_parsl_config(site, run_dir, jobs, first_nodes)
+            # the batch job's pool imports the task's module (for scalestudy's sweep: Hydra and the
+            # sweep's run) while it registers, not after the first task has arrived
+            config = build_parsl_config(site, run_dir, jobs, first_nodes, preload=(run.__module__,))
         try:
             self.dfk = parsl.load(config)
         except BaseException:   # Parsl cleans up nothing of a failed load: the early block would stay

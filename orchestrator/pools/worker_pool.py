@@ -82,6 +82,7 @@ def install(scheduler) -> bool:
 POOL_MODULE = "parsl.executors.high_throughput.process_worker_pool"
 # what the fork server imports: the pool's module, without typeguard (worker_pool_preload)
 PRELOAD_MODULE = "orchestrator.pools.worker_pool_preload"
+PRELOAD_ENV = "SCALESTUDY_POOL_PRELOAD"   # the task's modules, for the fork server to import too
 
 
 class ForkServerContext:
@@ -129,9 +130,19 @@ def fast_start_context(preload: tuple[str, ...] = (PRELOAD_MODULE,)):
     return ForkServerContext(context, manager=manager)
 
 
+def take_preload(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the modules after ``--preload=``, the rest of ``argv`` for Parsl's own argument parser)."""
+    preload = [a.split("=", 1)[1] for a in argv if a.startswith("--preload=")]
+    return preload, [a for a in argv if not a.startswith("--preload=")]
+
+
 def main() -> None:
     from .lean_parsl import hollow_packages, typechecks_off
 
+    # the task's modules (``parsl_config.worker_pool_launch_cmd(preload)``), imported by the fork
+    # server after the pool's own (worker_pool_preload, which reads them from the environment)
+    preload, sys.argv = take_preload(sys.argv)
+    os.environ[PRELOAD_ENV] = ",".join(preload)
     context = fast_start_context()
     hollow_packages()   # the pool's modules of Parsl, not its whole package (lean_parsl)
     with typechecks_off():   # this process builds no Parsl object from user input (lean_parsl)

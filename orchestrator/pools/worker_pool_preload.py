@@ -1,6 +1,12 @@
 """Imported by the worker pool's fork server (``worker_pool.fast_start_context``): Parsl's pool
 module, as the pool itself imports it (``lean_parsl``: without the rest of Parsl's package
-and without typeguard's checks), so the server is ready to fork the pool's worker sooner."""
+and without typeguard's checks), so the server is ready to fork the pool's worker sooner; then
+the modules of the tasks to come (``$SCALESTUDY_POOL_PRELOAD``, set by ``worker_pool.main`` from
+the launch command's ``--preload``: for scalestudy's sweep, Hydra and the sweep's run, 0.2-0.25 s
+on this VM), while the pool registers rather than after the first task has arrived."""
+
+import importlib
+import os
 
 from .lean_parsl import hollow_packages, typechecks_off
 
@@ -8,11 +14,9 @@ hollow_packages()
 with typechecks_off():
     import parsl.executors.high_throughput.process_worker_pool  # noqa: F401
 
-# what the worker's first task imports to unpickle and run (Hydra, OmegaConf, the sweep's task):
-# imported here while the pool registers, not after the task has arrived (0.2-0.25 s on this VM).
-# Should one fail, the task meets the same error and reports it; the fork server must live on.
-try:
-    import orchestrator.sweep.app  # noqa: F401
-    import orchestrator.sweep.job_returns  # noqa: F401
-except Exception:  # noqa: BLE001
-    pass
+
+for _name in filter(None, os.environ.get("SCALESTUDY_POOL_PRELOAD", "").split(",")):
+    try:
+        importlib.import_module(_name)
+    except Exception:  # noqa: BLE001 - the task meets the same error and reports it; the server lives on
+        pass
