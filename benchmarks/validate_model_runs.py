@@ -27,6 +27,7 @@ drawn with a shared seed, sleeps D = the profile's median forward + backward (D 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import tempfile
@@ -57,10 +58,15 @@ def main() -> None:
     from results_db.ingest import ingest_run
     from results_db.runs import PlannedRun, register_runs
 
+    algorithms = args.algorithms.split(",")
+    if Path(args.db).exists():
+        raise SystemExit(f"--db {args.db} exists: its runs would mix with this replication's; give a new file")
+    if "horovod" in algorithms and importlib.util.find_spec("horovod") is None:
+        raise SystemExit("--algorithms includes horovod, which is not installed in this environment: "
+                         "bash scripts/install-horovod.sh, or leave it out of --algorithms")
     engine = connect(f"sqlite:///{Path(args.db).resolve()}")
     scratch = Path(tempfile.mkdtemp(prefix="validate-model-"))
     profile_path = scratch / "profile.json"
-    algorithms = args.algorithms.split(",")
 
     def spec(ranks: int, **extra) -> dict:
         epochs, per_epoch = epochs_for(args.dataset, args.batch_size, ranks, args.steps + args.warmup)
