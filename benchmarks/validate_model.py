@@ -2,6 +2,7 @@
 
     python benchmarks/validate_model.py --db /tmp/validate.db [--warmup 10] [--pinned exclude|include]
         [--crowding-q host|per-algorithm|none] [--crowding-form exchanges|linear]
+        [--crowding-exposure waiting|every-step]
 
 1. Fit on ``validate-small`` (emulated, 2-8 ranks), predict 2-32 ranks per algorithm, and
    compare with the measured throughput of ``validate-small`` (in sample) and
@@ -123,6 +124,10 @@ def main() -> None:
     ap.add_argument("--crowding-q", choices=("host", "per-algorithm", "none"), default="host",
                     help="one q for the host (the model's, default), or the counterfactuals: one per algorithm, "
                          "or no oversubscription term at all")
+    ap.add_argument("--crowding-exposure", choices=("waiting", "every-step"), default="waiting",
+                    help="eager-SGD's share of the crowding: its rounds count by the ranks that wait through "
+                         "them (the model's, default), or the counterfactual, every step as a synchronous one's "
+                         "(the model before the exposure)")
     ap.add_argument("--pinned", choices=("exclude", "include"), default="exclude",
                     help="fit on validate-small alone (the model's fit set, default), or with the validate-pinned "
                          "runs (4 and 8 ranks on 1 CPU) added to it, fitted in a scratch copy of --db")
@@ -153,6 +158,18 @@ def main() -> None:
 
         perf_model.fit.oversubscription_seconds = linear
         perf_model.predict.oversubscription_seconds = linear
+
+    if args.crowding_exposure == "every-step":
+        import numpy as np
+
+        import perf_model.oversubscription
+        import perf_model.predict
+
+        def every_step(algorithm, ranks, segment):
+            return np.ones_like(np.asarray(ranks, dtype=float))
+
+        perf_model.oversubscription.crowding_exposure = every_step
+        perf_model.predict.crowding_exposure = every_step
 
     from results_db import connect, query
 

@@ -205,12 +205,13 @@ def fit_participation(rounds: pd.DataFrame) -> Term:
 
 
 def fit_oversubscription(points: pd.DataFrame, per_algorithm: bool = False) -> Term:
-    """q in O(P) = q (r - 1)^+ ceil(log2 P) (``terms.oversubscription_seconds``) from
+    """q in O(P) = e q (r - 1)^+ ceil(log2 P) (``terms.oversubscription_seconds``) from
     ``algorithm``, ``ranks``, ``ranks_per_core``, ``residual`` (and ``step``, the measured mean
-    step, the yardstick of the quality's relative residual): one row per multi-rank run, its
+    step, the yardstick of the quality's relative residual; ``exposure`` e,
+    ``terms.crowding_exposure``, 1 where absent): one row per multi-rank run, its
     measured mean step less what the other terms predict for it
     (``perf_model.oversubscription``). Least squares through zero: q = sum(x y) / sum(x x)
-    with x = (r - 1)^+ ceil(log2 P), so runs where every rank had a core (x = 0) do not move it.
+    with x = e (r - 1)^+ ceil(log2 P), so runs where every rank had a core (x = 0) do not move it.
 
     One q for the host, from every algorithm's crowded runs (param ``q``): the wait for a
     core is the host's, and a study holds one or two crowded runs per algorithm, too few to
@@ -221,6 +222,8 @@ def fit_oversubscription(points: pd.DataFrame, per_algorithm: bool = False) -> T
     if points.empty:
         raise FitError("need >= 1 multi-rank run to fit the oversubscription term")
     x_all = oversubscription_seconds(points["ranks"].to_numpy(float), points["ranks_per_core"].to_numpy(float), 1.0)
+    if "exposure" in points:
+        x_all = x_all * points["exposure"].to_numpy(float)
     points = points.assign(x=x_all, key="q")
     if per_algorithm:
         points = points.assign(key="q_" + points["algorithm"].astype(str))

@@ -2,7 +2,8 @@
 
 Emulated compute lets 8-64 ranks run on a 2-core laptop, and what they then measure is
 partly the laptop: every rank that communicates or waits wants a core, and each exchange
-waits for its peer's turn. The other terms describe a machine where a rank has its cores;
+waits for its peer's turn (how many of a step's collectives find every rank waiting is the
+algorithm's: ``terms.crowding_exposure``). The other terms describe a machine where a rank has its cores;
 this one is fitted on what they leave unexplained in the study's own runs, so a fit made
 on a crowded host predicts that host (the validation of RESULTS.md), and a prediction for
 a site where every rank has a core (``Host.ranks_per_core`` <= 1) leaves it out.
@@ -26,16 +27,17 @@ import pandas as pd
 from .fit import FitError, Term, fit_oversubscription
 from .machine import Host
 from .predict import step_parts
+from .terms import crowding_exposure
 
 
 HostOf = Callable[[str], "Host | None"]
-COLUMNS = ["run_id", "algorithm", "ranks", "ranks_per_core", "residual", "step"]
+COLUMNS = ["run_id", "algorithm", "ranks", "ranks_per_core", "exposure", "residual", "step"]
 
 
 def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
                     constant_compute: bool = False) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
-    ``ranks_per_core``, ``residual`` (its measured mean step less ``predict.step_parts``'
+    ``ranks_per_core``, ``exposure`` (``terms.crowding_exposure``), ``residual`` (its measured mean step less ``predict.step_parts``'
     from the other terms, at the run's own batch, threads and placement; ranks per core on the
     CPUs the run recorded where fewer than the site's), ``step`` (the
     measured mean step); the hosts seen by site name; and notes on runs left out.
@@ -76,9 +78,11 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
             continue
         measured = float(data.step_seconds[run_id])
         predicted = step_parts(params, shape, algorithm, int(run["world_size"]), nodes, None, None)["step"]
+        segment = shape["sync_every"] or shape["steps"] or 1
         rows.append({"run_id": int(run_id), "algorithm": algorithm, "ranks": int(run["world_size"]),
-                     "ranks_per_core": host.ranks_per_core(nodes, wpn), "residual": measured - predicted,
-                     "step": measured})
+                     "ranks_per_core": host.ranks_per_core(nodes, wpn),
+                     "exposure": float(crowding_exposure(algorithm, int(run["world_size"]), segment)),
+                     "residual": measured - predicted, "step": measured})
     notes = []
     if unknown:
         notes.append(f"runs of {', '.join(sorted(unknown))} left out: no site YAML says what their hosts are")

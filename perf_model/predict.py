@@ -15,9 +15,13 @@ A step of P ranks (``perf_model.terms``):
 - A(P) = m 2 ceil(log2 P) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in
   all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
   fitted on this machine or taken from a site's ``network:`` (``Network``);
-- h, the measured hidden share of this algorithm; U its measured update;
-- O(P) = q (r - 1)^+ ceil(log2 P), what a host with r ranks per hardware thread adds
-  (``perf_model.oversubscription``): r on the fit's own host, or on ``--site``'s hosts; O
+- h, the measured hidden share of this algorithm; U its measured update (the median step's),
+  and for eager-SGD the weights' averaging after each synchronous round, A(P) of the
+  model's bytes once in ``sync_every`` steps;
+- O(P) = e q (r - 1)^+ ceil(log2 P), what a host with r ranks per hardware thread adds
+  (``perf_model.oversubscription``): r on the fit's own host, or on ``--site``'s hosts; e
+  the collectives a step's ranks wait through together (``terms.crowding_exposure``: 1 for
+  a synchronous step, less for eager-SGD's rounds, which fire before every rank waits); O
   is 0 where every rank has a hardware thread of its own.
 
 Throughput is P b / T(P); efficiency (C + U) / T(P), against a rank alone that neither
@@ -38,8 +42,8 @@ import numpy as np
 import pandas as pd
 
 from .machine import Host, Network
-from .terms import (allreduce_messages, compute_seconds, injected_wait_eager, injected_wait_sample, injected_wait_sync,
-                    oversubscription_seconds)
+from .terms import (allreduce_messages, allreduce_seconds, compute_seconds, crowding_exposure, injected_wait_eager,
+                    injected_wait_sample, injected_wait_sync, oversubscription_seconds)
 
 SYNCHRONOUS = ("sync", "ddp", "horovod")
 EAGER = ("eager_solo", "eager_majority")
@@ -94,10 +98,10 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
     c = float(compute_seconds(shape["batch_size"], shape["threads_per_worker"], **params["compute"]))
     sigma = params.get("straggler", {}).get("sigma", 0.0)
     k, d = shape["injected_ranks"], shape["injected_delay"]
+    segment = shape["sync_every"] or shape["steps"] or 1   # eager-SGD: steps from one synchronous round to the next
     if ranks == 1:
         wait = d if k else 0.0
     elif algorithm in EAGER:
-        segment = shape["sync_every"] or shape["steps"] or 1
         wait = injected_wait_eager(ranks, k, d, sigma, segment)
         if algorithm == "eager_majority":
             wait += majority_wait(sigma)
@@ -106,7 +110,7 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
         sample = params.get("straggler_distribution")
         if sample:   # a skewed step time: the measured distribution's slowest of P, if later
             wait = max(wait, injected_wait_sample(ranks, k, d, sample))
-    comm = 0.0
+    comm = averaging = 0.0
     if ranks > 1 and shape.get("gradient_bytes"):
         if network is not None:
             lat, bw = network.per_rank(shape["workers_per_node"], nodes)
@@ -114,12 +118,14 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
             lat, bw = params["allreduce"]["latency"], params["allreduce"]["bandwidth"]
         m, n = shape["collectives_per_step"], shape["gradient_bytes"]
         comm = m * float(allreduce_messages(ranks)) * lat + 2 * (ranks - 1) / ranks * n / bw
+        if algorithm in EAGER:   # the weights' averaging after each synchronous round: as many bytes, not hidden
+            averaging = float(allreduce_seconds(n, ranks, lat, bw)) / segment
     exposed = (1 - shape["hidden"]) * comm
-    update = shape["update_seconds"]
+    update = shape["update_seconds"] + averaging
     crowd = params.get("oversubscription", {})
     q = crowd.get(f"q_{algorithm}", crowd.get("q", 0.0))   # one per algorithm (a counterfactual fit), or the host's
-    crowding = float(oversubscription_seconds(ranks, host.ranks_per_core(nodes, shape["workers_per_node"]), q)) \
-        if host is not None and q and ranks > 1 else 0.0
+    crowding = float(oversubscription_seconds(ranks, host.ranks_per_core(nodes, shape["workers_per_node"]), q)
+                     * crowding_exposure(algorithm, ranks, segment)) if host is not None and q and ranks > 1 else 0.0
     return {"compute": c, "wait": wait, "comm": exposed, "update": update, "crowding": crowding,
             "step": c + wait + exposed + update + crowding}
 

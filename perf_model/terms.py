@@ -19,8 +19,10 @@ A synchronous data-parallel step on P ranks, each with batch b and t threads, la
   2(P - 1) latencies: at 4,096 ranks 8,190 against 24.)
 - h: the share of the allreduce hidden behind backprop (overlap), from the timeline.
 - U: the weight update.
-- O(P) = q (r - 1)^+ ceil(log2 P), where r is ranks per hardware thread of a host: what a
-  host with more ranks than hardware threads adds (``oversubscription_seconds``). Zero where each rank has a core.
+- O(P) = e q (r - 1)^+ ceil(log2 P), where r is ranks per hardware thread of a host: what a
+  host with more ranks than hardware threads adds (``oversubscription_seconds``), e the
+  collectives a step's ranks wait through together (``crowding_exposure``: 1 for a
+  synchronous step). Zero where each rank has a core.
 
 Throughput is P * b / T(P); efficiency (C + U) / T(P), against a rank that neither waits
 nor communicates (``perf_model.predict``; without injected sleeps it is T(1) / T(P)).
@@ -28,7 +30,10 @@ nor communicates (``perf_model.predict``; without injected sleeps it is T(1) / T
 eager-SGD does not wait for the slowest rank. With Solo allreduce a round fires when the
 first rank arrives; a rank's expected wait is then the expected *minimum*, and the late
 ranks' gradients join a later round: the stored rounds give the expected fresh, stale and
-null shares of a round's contributions (``participation``).
+null shares of a round's contributions (``participation``). Every ``sync_every`` steps its
+round is synchronous and the weights are averaged, one more allreduce of the model's bytes
+that no backprop hides: A(n, P) / sync_every a step (``perf_model.predict``), which the
+measured update (a median over steps) leaves out.
 """
 
 from __future__ import annotations
@@ -99,6 +104,29 @@ def oversubscription_seconds(ranks, ranks_per_core, q: float):
     p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     r = np.asarray(ranks_per_core, dtype=float)
     return q * np.maximum(r - 1.0, 0.0) * np.ceil(np.log2(p))
+
+
+def crowding_exposure(algorithm: str, ranks, segment: int):
+    """e in O(P) = e q (r - 1)^+ ceil(log2 P): how many collectives a step's ranks wait
+    through together, counted in the synchronous step's one.
+
+    Why: a crowded host slows a collective by the ranks that compete for its cores while it
+    runs, and those are the ranks that have arrived and wait in it (an emulated rank that
+    computes sleeps and leaves its core free). A synchronous step's collective finds every
+    rank waiting: e = 1, the step q is fitted on. An eager-SGD round fires earlier: Solo at
+    the first arrival, the others joining from their progress threads while they still
+    compute (1/P of the ranks wait through it), Majority at its initiator's, when about half
+    have arrived (1/2). One step in ``segment`` (``sync_every``) is instead a synchronous
+    round followed by the weights' averaging, two collectives every rank waits through:
+    e = (1 - 1/s) e_round + 2/s. Counting eager-SGD's rounds as synchronous (e = 1) put its
+    crowding at 32 ranks on 2 cores at 148 ms where 45 ms was measured (validation run D,
+    benchmarks/RESULTS.md)."""
+    p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    if algorithm not in ("eager_solo", "eager_majority"):
+        return np.ones_like(p)
+    f = 1.0 / max(int(segment), 1)
+    per_round = 1.0 / p if algorithm == "eager_solo" else np.full_like(p, 0.5)
+    return (1 - f) * per_round + 2 * f
 
 
 def _expected_from_cdf(cdf, lo: float, hi: float, points: int = 20001) -> float:

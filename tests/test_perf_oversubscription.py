@@ -197,3 +197,71 @@ def test_prediction_crowds_the_fit_host_and_not_a_site_with_cores(tmp_path):
     assert slurm["crowding_seconds"].iloc[0] == pytest.approx(q * 3 * 3)
     # Theta: 64 cores x 4 hardware threads per node, 128 ranks per node have one each
     assert host_of(load_site("theta")).ranks_per_core(8, 128) == 0.5
+
+
+def test_exposure_counts_the_collectives_that_every_rank_waits_through():
+    """A synchronous step: 1 at any size. eager-SGD with sync_every s: (1 - 1/s) of the steps
+    are partial rounds (Solo: 1/P of the ranks wait through it, Majority: half), 1/s a
+    synchronous round plus the weights' averaging (2); numbers worked by hand."""
+    from perf_model.terms import crowding_exposure
+
+    for algorithm in ("sync", "horovod", "ddp"):
+        assert crowding_exposure(algorithm, 32, 10) == pytest.approx(1.0)
+    assert crowding_exposure("eager_solo", 32, 10) == pytest.approx(0.9 / 32 + 0.2)
+    assert crowding_exposure("eager_majority", 32, 10) == pytest.approx(0.9 * 0.5 + 0.2)
+    assert crowding_exposure("eager_majority", 4, 10) == pytest.approx(0.65)   # Majority's does not move with P
+    # every step synchronous: a synchronous round and an averaging each step
+    assert crowding_exposure("eager_solo", 8, 1) == pytest.approx(2.0)
+    assert list(crowding_exposure("eager_solo", np.array([2, 4]), 5)) == pytest.approx([0.8 / 2 + 0.4, 0.8 / 4 + 0.4])
+
+
+def test_fit_weights_each_run_by_its_exposure():
+    """Residuals made as e q x (the eager runs with their exposure) give back the host's q
+    when the points carry e; read as if every step were synchronous (no column), the eager
+    runs pull q down."""
+    from perf_model.terms import crowding_exposure
+
+    q = 0.003
+    rows = []
+    for algorithm in ("sync", "eager_solo", "eager_majority"):
+        for p in (4, 8):
+            r = p / 2
+            e = float(crowding_exposure(algorithm, p, 10))
+            rows.append({"algorithm": algorithm, "ranks": p, "ranks_per_core": r, "exposure": e,
+                         "residual": e * q * (r - 1) * math.ceil(math.log2(p))})
+    points = pd.DataFrame(rows)
+    assert fit_oversubscription(points).params["q"] == pytest.approx(q, rel=1e-9)
+    assert fit_oversubscription(points.drop(columns="exposure")).params["q"] < 0.75 * q
+
+
+def _shape(**over) -> dict:
+    shape = {"batch_size": 32, "threads_per_worker": 1, "workers_per_node": 32, "injected_ranks": 0,
+             "injected_delay": 0.0, "sync_every": 10, "steps": 50, "gradient_bytes": 1.09e6,
+             "collectives_per_step": 1.0, "hidden": 0.5, "update_seconds": 0.001}
+    return {**shape, **over}
+
+
+def test_eager_steps_pay_the_averaging_and_their_share_of_the_crowding():
+    """step_parts against the formulas worked here: eager-SGD's update is the measured one plus
+    one allreduce of the model's bytes per sync_every steps, never hidden; sync's is the measured
+    one. Crowding at 32 ranks on 2 cores: e q (r - 1) ceil(log2 P) with e from the algorithm."""
+    from perf_model.predict import step_parts
+
+    lat, bw, q = 4e-5, 3e8, 0.002
+    params = {"compute": {"c0": 0.17, "c1": 0.0, "alpha": 0.0}, "straggler": {"sigma": 0.0},
+              "allreduce": {"latency": lat, "bandwidth": bw}, "oversubscription": {"q": q}}
+    p, n = 32, 1.09e6
+    averaging = (2 * 5 * lat + 2 * 31 / 32 * n / bw) / 10
+    crowd = q * 15 * 5
+    host = Host(2, True)
+    sync = step_parts(params, _shape(), "sync", p, 1, None, host)
+    solo = step_parts(params, _shape(), "eager_solo", p, 1, None, host)
+    majority = step_parts(params, _shape(sync_every=5), "eager_majority", p, 1, None, host)
+    assert sync["update"] == pytest.approx(0.001) and sync["crowding"] == pytest.approx(crowd)
+    assert solo["update"] == pytest.approx(0.001 + averaging)
+    assert solo["crowding"] == pytest.approx(crowd * (0.9 / 32 + 0.2))
+    assert majority["update"] == pytest.approx(0.001 + averaging * 10 / 5)
+    assert majority["crowding"] == pytest.approx(crowd * (0.8 * 0.5 + 0.4))
+    # one rank: nothing to average, nobody to crowd
+    alone = step_parts(params, _shape(), "eager_solo", 1, 1, None, host)
+    assert alone["update"] == pytest.approx(0.001) and alone["crowding"] == 0.0
