@@ -37,10 +37,11 @@ COLUMNS = ["run_id", "algorithm", "ranks", "ranks_per_core", "exposure", "residu
 def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, Any]], host_of: HostOf,
                     constant_compute: bool = False) -> tuple[pd.DataFrame, dict[str, Host], list[str]]:
     """One row per multi-rank run whose site's hosts are known: ``algorithm``, ``ranks``,
-    ``ranks_per_core``, ``exposure`` (``terms.crowding_exposure``), ``residual`` (its measured mean step less ``predict.step_parts``'
-    from the other terms, at the run's own batch, threads and placement; ranks per core on the
-    CPUs the run recorded where fewer than the site's), ``step`` (the
-    measured mean step); the hosts seen by site name; and notes on runs left out.
+    ``ranks_per_core``, ``exposure`` (``terms.crowding_exposure``), ``residual`` (its
+    measured mean step less ``predict.step_parts``' from the other terms, at the run's own
+    batch, threads and placement; ranks per core on the CPUs the run recorded where fewer
+    than the site's), ``step`` (the measured mean step); the hosts seen by site name; and
+    notes on runs left out.
     ``constant_compute``: the compute term holds at the study's one batch size only, so runs
     at another are left out."""
     runs = data.runs.set_index("run_id")
