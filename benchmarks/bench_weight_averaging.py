@@ -6,7 +6,7 @@ flat allreduce), at P ranks on this host.
 
 Why it is here: validation runs A-C (benchmarks/RESULTS.md) were taken with the old
 averaging and run D with the new, and eager-SGD's update phase at 32 emulated ranks fell from
-121-135 ms a step (A-C) to 24 ms (D). This measures the averaging alone, both ways on the same
+121-135 ms a step for eager_solo and 100-139 ms for eager_majority (A-C) to 24 and 21 ms (D). This measures the averaging alone, both ways on the same
 parameters, interleaved (old, new, old, ...), each after a ``Barrier`` as it follows the
 synchronous round in training; the time of one averaging is the slowest rank's. Printed per
 rank count: median ms per averaging of each (min-max over repeats) and old / new.

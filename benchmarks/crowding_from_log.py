@@ -6,9 +6,9 @@ without its database: how a1cf517's change was chosen on run D, whose database i
 
 It reads the per-phase means ``validate_model.py`` printed (compute | wait+comm+crowding |
 update; data, predicted and measured) and refits only q, through zero on e (r - 1)^+
-ceil(log2 P) over the fit set's runs, with the other terms as the log's fit predicted them
-and eager-SGD's averaging A(P) of ``--bytes`` / ``--sync-every`` added; then predicts the
-held-out sizes, for e = 1 (every step as a synchronous one's: the model before) and for the
+ceil(log2 P) (r = P / 2: the validation's 2-core host; pinned runs are not read) over the
+fit set's runs, with the other terms as the log's fit predicted them and eager-SGD's
+averaging A(P) of ``--bytes`` / ``--sync-every`` added; then predicts the held-out sizes, for e = 1 (every step as a synchronous one's: the model before) and for the
 exposure. For a log written by a model before a1cf517 (whose predicted update holds no
 averaging; on run E's log, written by a1cf517, it adds the averaging twice, 0.5 ms at 32
 ranks, and still gives validate_model.py's errors within 0.5 points). An approximation of

@@ -248,6 +248,10 @@ def fit_oversubscription(points: pd.DataFrame, per_algorithm: bool = False) -> T
         measured.extend(y)
         fitted.extend(q * x)
         steps.extend((crowded["step"] if "step" in crowded else crowded["residual"]).to_numpy(float))
+    if "exposure" in points:
+        # says q was fitted per collective waited through: a fit stored before the exposure (no
+        # such param) was fitted as if every step were synchronous, and is predicted so
+        params["by_exposure"] = 1.0
     r = np.array(measured) - np.array(fitted)
     # relative to the step, not to the residual (which may be near 0)
     quality = Quality(int(len(r)), float(np.sqrt(np.mean(r * r))) if len(r) else 0.0,

@@ -73,6 +73,9 @@ def residual_points(data, params: dict[str, Any], shapes: dict[str, dict[str, An
             roomier.add(site)
         shape = {**shapes[algorithm], "workers_per_node": wpn, "batch_size": int(run["batch_size"]),
                  "threads_per_worker": max(int(run["threads_per_node"]) // wpn, 1)}
+        for own in ("sync_every", "steps"):   # the run's own segment (its wait, averaging and exposure)
+            if pd.notna(run.get(own)):
+                shape[own] = int(run[own])
         if constant_compute and (shape["batch_size"], shape["threads_per_worker"]) != \
                 (shapes[algorithm]["batch_size"], shapes[algorithm]["threads_per_worker"]):
             off_batch += 1     # a one-batch compute term says nothing of this run's compute

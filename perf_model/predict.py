@@ -124,8 +124,10 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
     update = shape["update_seconds"] + averaging
     crowd = params.get("oversubscription", {})
     q = crowd.get(f"q_{algorithm}", crowd.get("q", 0.0))   # one per algorithm (a counterfactual fit), or the host's
+    # a fit stored before the exposure (no by_exposure) fitted q as if every step were synchronous
+    exposure = crowding_exposure(algorithm, ranks, segment) if crowd.get("by_exposure") else 1.0
     crowding = float(oversubscription_seconds(ranks, host.ranks_per_core(nodes, shape["workers_per_node"]), q)
-                     * crowding_exposure(algorithm, ranks, segment)) if host is not None and q and ranks > 1 else 0.0
+                     * exposure) if host is not None and q and ranks > 1 else 0.0
     return {"compute": c, "wait": wait, "comm": exposed, "update": update, "crowding": crowding,
             "step": c + wait + exposed + update + crowding}
 

@@ -118,9 +118,9 @@ def crowding_exposure(algorithm: str, ranks, segment: int):
     compute (1/P of the ranks wait through it), Majority at its initiator's, when about half
     have arrived (1/2). One step in ``segment`` (``sync_every``) is instead a synchronous
     round followed by the weights' averaging, two collectives every rank waits through:
-    e = (1 - 1/s) e_round + 2/s. Counting eager-SGD's rounds as synchronous (e = 1) put its
-    crowding at 32 ranks on 2 cores at 148 ms where 45 ms was measured (validation run D,
-    benchmarks/RESULTS.md)."""
+    e = (1 - 1/s) e_round + 2/s. Counting eager-SGD's rounds as synchronous (e = 1) put
+    eager_solo's crowding at 32 ranks on 2 cores at 148 ms, where the other terms left 45 ms
+    of its measured step unexplained (validation run D, benchmarks/RESULTS.md)."""
     p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     if algorithm not in ("eager_solo", "eager_majority"):
         return np.ones_like(p)

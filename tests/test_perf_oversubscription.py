@@ -249,7 +249,7 @@ def test_eager_steps_pay_the_averaging_and_their_share_of_the_crowding():
 
     lat, bw, q = 4e-5, 3e8, 0.002
     params = {"compute": {"c0": 0.17, "c1": 0.0, "alpha": 0.0}, "straggler": {"sigma": 0.0},
-              "allreduce": {"latency": lat, "bandwidth": bw}, "oversubscription": {"q": q}}
+              "allreduce": {"latency": lat, "bandwidth": bw}, "oversubscription": {"q": q, "by_exposure": 1.0}}
     p, n = 32, 1.09e6
     averaging = (2 * 5 * lat + 2 * 31 / 32 * n / bw) / 10
     crowd = q * 15 * 5
@@ -265,3 +265,16 @@ def test_eager_steps_pay_the_averaging_and_their_share_of_the_crowding():
     # one rank: nothing to average, nobody to crowd
     alone = step_parts(params, _shape(), "eager_solo", 1, 1, None, host)
     assert alone["update"] == pytest.approx(0.001) and alone["crowding"] == 0.0
+    # a fit stored before the exposure (no by_exposure): its q was fitted with every step as
+    # a synchronous one's, and is predicted so
+    old = {**params, "oversubscription": {"q": q}}
+    assert step_parts(old, _shape(), "eager_solo", p, 1, None, host)["crowding"] == pytest.approx(crowd)
+
+
+def test_a_fit_on_exposure_says_so():
+    """The fit marks q as fitted per collective waited through (by_exposure) only when its
+    points carry the exposure; points without it (a caller of the old form) are not marked."""
+    points = _points({"sync": 0.0025}, noise=0.0)
+    assert "by_exposure" not in fit_oversubscription(points).params
+    marked = fit_oversubscription(points.assign(exposure=1.0)).params
+    assert marked["by_exposure"] == 1.0 and marked["q"] == pytest.approx(0.0025)
