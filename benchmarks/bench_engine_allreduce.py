@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from harness import median, relaunch_under_mpiexec
+from harness import interleaved_mpi_times, median, relaunch_under_mpiexec
 
 
 def worker(args) -> None:
@@ -71,21 +70,13 @@ def worker(args) -> None:
             comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
             t.mul_(1.0 / size)
 
-    variants = {"flat": via_flat, "engine": via_engine, "per-tensor": per_tensor}
-    for fn in variants.values():
-        fn()
-    times = {k: [] for k in variants}
-    for r in range(args.repeats):
-        for name, fn in variants.items():
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                fn()
-            comm.Barrier()
-            times[name].append((time.perf_counter() - t0) / args.iters)
+    def report(r: int, times: dict[str, list[float]]) -> None:
         if rank == 0:
             print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1] * 1e3:.3f} ms" for k, v in times.items()),
                   flush=True)
+
+    variants = {"flat": via_flat, "engine": via_engine, "per-tensor": per_tensor}
+    times = interleaved_mpi_times(comm, variants, args.repeats, args.iters, report)
     # the engine averaged what MPI averaged: its result equals flat MPI.Allreduce's on the same data
     engine.begin_step(step[0])
     for g in grads:

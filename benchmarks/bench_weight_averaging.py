@@ -6,10 +6,12 @@ flat allreduce), at P ranks on this host.
 
 Why it is here: validation runs A-C (benchmarks/RESULTS.md) were taken with the old
 averaging and run D with the new, and eager-SGD's update phase at 32 emulated ranks fell from
-121-135 ms a step for eager_solo and 100-139 ms for eager_majority (A-C) to 24 and 21 ms (D). This measures the averaging alone, both ways on the same
-parameters, interleaved (old, new, old, ...), each after a ``Barrier`` as it follows the
-synchronous round in training; the time of one averaging is the slowest rank's. Printed per
-rank count: median ms per averaging of each (min-max over repeats) and old / new.
+121-135 ms a step for eager_solo and 100-139 ms for eager_majority (A-C) to 24 and 21 ms
+(D). This measures the averaging alone, both ways on the same parameters, interleaved (old,
+new, old, ...), each after a ``Barrier`` as it follows the synchronous round in training and
+up to the ``Barrier`` after it, so the time of one averaging is the slowest rank's
+(``harness.interleaved_mpi_times``). Printed per rank count: median ms per averaging of each
+(min-max over repeats) and the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
-from harness import relaunch_under_mpiexec
+from harness import interleaved_mpi_times, relaunch_under_mpiexec
 
 
 def worker(args) -> None:
@@ -44,15 +45,7 @@ def worker(args) -> None:
                 p.copy_(buf)
 
     variants = {"per-tensor (before 8df4942)": per_tensor, "flat (now)": engine.average_parameters}
-    for fn in variants.values():
-        fn()
-    times = {k: [] for k in variants}
-    for _ in range(args.repeats):
-        for name, fn in variants.items():
-            comm.Barrier()
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX) * 1e3)
+    times = {k: [t * 1e3 for t in v] for k, v in interleaved_mpi_times(comm, variants, args.repeats).items()}
     engine.close()
     if comm.Get_rank() == 0:
         old, new = (statistics.median(v) for v in times.values())

@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,6 +68,28 @@ def measure(spec: dict[str, Any], ranks: int, key: str = "throughput") -> float:
     result = run_workload(spec, ranks)
     shutil.rmtree(result["run_dir"], ignore_errors=True)
     return result[key]
+
+
+def interleaved_mpi_times(comm, variants: dict[str, Callable[[], None]], repeats: int, iters: int = 1,
+                          on_round: Callable[[int, dict[str, list[float]]], None] | None = None,
+                          ) -> dict[str, list[float]]:
+    """Seconds per call of each variant, ``repeats`` rounds interleaved (A B C A B C ...), on
+    every rank of ``comm``: each variant warmed up once, then per round ``iters`` calls between
+    two ``Barrier``s, so a time is the slowest rank's. ``on_round(r, times)`` after each round."""
+    for fn in variants.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(repeats):
+        for name, fn in variants.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            comm.Barrier()
+            times[name].append((time.perf_counter() - t0) / iters)
+        if on_round is not None:
+            on_round(r, times)
+    return times
 
 
 def relaunch_under_mpiexec(ranks: int, argv: list[str]) -> int:

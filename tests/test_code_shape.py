@@ -32,11 +32,17 @@ def test_the_checker_finds_what_it_should(tmp_path):
     (tmp_path / "workloads" / "w.py").write_text("from typing import TYPE_CHECKING\nimport results_db.x\n"
                                                  "if TYPE_CHECKING:\n    import orchestrator.a\n")
     (tmp_path / "results_db" / "x.py").write_text("")
+    for room in ("pools", "sweep"):
+        (tmp_path / "orchestrator" / room).mkdir()
+        (tmp_path / "orchestrator" / room / "__init__.py").write_text("")
+    (tmp_path / "orchestrator" / "sweep" / "app.py").write_text("")
+    (tmp_path / "orchestrator" / "pools" / "preload.py").write_text("from ..sweep import app\n")
     graph, private = code_shape.import_graph(tmp_path)
     assert code_shape.cycles(graph) == [["orchestrator.a", "orchestrator.b"]]
     assert private == [("orchestrator.a", "orchestrator.b", "_helper")]
     # the TYPE_CHECKING import is not an edge; the plain one crosses the layers
-    assert code_shape.layer_violations(graph) == [("workloads.w", "results_db.x")]
+    assert sorted(code_shape.layer_violations(graph)) == [("orchestrator.pools.preload", "orchestrator.sweep.app"),
+                                                          ("workloads.w", "results_db.x")]
 
 
 def _literals(pattern: str, roots=("orchestrator", "workloads", "results_db", "perf_model")) -> list[str]:

@@ -35,9 +35,6 @@ logging.getLogger("parsl").propagate = False
 log = logging.getLogger(__name__)
 
 
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-
-
 def worker_pool_launch_cmd(preload: Sequence[str] = ()) -> str:
     """Parsl's launch command with its worker pool started through ``orchestrator.pools.worker_pool``
     by this environment's own python3 (by path: a site's ``module load python`` may put another
@@ -45,11 +42,11 @@ def worker_pool_launch_cmd(preload: Sequence[str] = ()) -> str:
     function's), imported by the pool's fork server before the first task arrives."""
     import shlex
 
-    bad = [m for m in preload if not _MODULE_NAME.match(m)]
+    bad = [m for m in preload if not all(part.isidentifier() for part in m.split("."))]
     if bad:
         raise ValueError(f"worker pool preload: {bad[0]!r} is not a module name")
     python = shlex.quote(os.path.join(env_bin_dir(), "python3"))
-    extra = "".join(f" --preload={m}" for m in preload)
+    extra = "".join(f" --preload={shlex.quote(m)}" for m in preload)
     cmd = DEFAULT_LAUNCH_CMD.replace("process_worker_pool.py", f"{python} -m orchestrator.pools.worker_pool{extra}", 1)
     assert cmd != DEFAULT_LAUNCH_CMD
     return cmd

@@ -9,13 +9,14 @@ import importlib
 import os
 
 from .lean_parsl import hollow_packages, typechecks_off
+from .worker_pool import PRELOAD_ENV   # the pool's launcher (standard library only at import)
 
 hollow_packages()
 with typechecks_off():
     import parsl.executors.high_throughput.process_worker_pool  # noqa: F401
 
 
-for _name in filter(None, os.environ.get("SCALESTUDY_POOL_PRELOAD", "").split(",")):
+for _name in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
     try:
         importlib.import_module(_name)
     except Exception:  # noqa: BLE001 - the task meets the same error and reports it; the server lives on
