@@ -210,22 +210,28 @@ class _RunTotals:
         step's nodes at once."""
         if not self.energy:
             return {}
-        readings = list(self.energy.values())
+        # a host that found no counter (source "none") read nothing: its reason, not a source
+        bare = {h: r for h, r in self.energy.items() if r.get("source") == "none"}
+        readings = [r for h, r in self.energy.items() if h not in bare]
+        if not readings:
+            host, reading = next(iter(bare.items()))
+            return {"energy_note": f"{host}: {reading.get('note') or 'no energy counter'}"}
         if all(r.get("source") == "slurm" for r in readings):
             return self._slurm_energy(readings, lookup)
         out: dict[str, Any] = {"energy_source": ",".join(sorted({str(r.get("source")) for r in readings})),
                                "energy_kind": "measured" if all(r.get("kind") == "measured" for r in readings)
                                else "estimated"}
         unknown = [r for r in readings if not isinstance(r.get("joules"), (int, float))]
-        silent = sorted(set(self.host_ranks) - set(self.energy))
+        silent = sorted((set(self.host_ranks) - set(self.energy)) | set(bare))
         sources = {str(r.get("source")) for r in readings}
         if len(sources) > 1:    # a node's, its CPUs' and its GPUs' joules are not one quantity
             out["energy_note"] = f"the hosts read different sources ({', '.join(sorted(sources))}): not added together"
         elif unknown:
             out["energy_note"] = f"{unknown[0]['host']}: {unknown[0].get('note') or 'no reading'}"
         elif silent:
-            out["energy_note"] = f"no energy counter on {', '.join(silent)} ({len(self.energy)} of " \
-                                 f"{len(self.host_ranks)} hosts read)"
+            why = next((f": {r['note']}" for r in bare.values() if r.get("note")), "")
+            out["energy_note"] = f"no energy counter on {', '.join(silent)} ({len(readings)} of " \
+                                 f"{len(self.host_ranks)} hosts read){why}"
         else:
             joules = sum(float(r["joules"]) for r in readings)
             seconds = sum(float(r["seconds"]) for r in readings) / len(readings)

@@ -21,23 +21,31 @@ from conftest import scalestudy
 from workloads.energy import CounterLost, HostEnergy, Nvml, PmCounters, Rapl, SlurmStep, open_meter
 
 
-def _pm_tree(root: Path, joules: int, generation: int = 7) -> Path:
+def _pm_tree(root: Path, joules: int, generation: int = 7, startup: int = 1633001000000000) -> Path:
+    """A Cray EX node's /sys/cray/pm_counters as HPE documents it: ``generation`` counts
+    power-cap changes, ``startup`` changes when the pm_counters service restarts."""
     folder = root / "sys" / "cray" / "pm_counters"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "energy").write_text(f"{joules} J 1633005478452553 us\n")
     (folder / "power").write_text("312 W 1633005478452553 us\n")
     (folder / "generation").write_text(f"{generation}\n")
+    (folder / "startup").write_text(f"{startup}\n")
+    (folder / "freshness").write_text("4242\n")
+    (folder / "version").write_text("2\n")
     return folder
 
 
-def _rapl_tree(root: Path, values: dict[str, int], span: int = 1000) -> Path:
+def _rapl_tree(root: Path, values: dict[str, int], span: int = 1000, names: dict[str, str] | None = None) -> Path:
+    """RAPL's powercap tree: ``intel-rapl:N`` is ``package-N`` unless ``names`` says otherwise
+    (``psys``, the platform domain of client CPUs); ``intel-rapl:N:M`` a sub-domain."""
     base = root / "sys" / "class" / "powercap"
     for name, value in values.items():
         d = base / name
         d.mkdir(parents=True, exist_ok=True)
         (d / "energy_uj").write_text(f"{value}\n")
         (d / "max_energy_range_uj").write_text(f"{span}\n")
-        (d / "name").write_text("package-0\n" if name.count(":") == 1 else "dram\n")
+        default = f"package-{name.split(':')[1]}" if name.count(":") == 1 else "dram"
+        (d / "name").write_text(f"{(names or {}).get(name, default)}\n")
     return base
 
 
@@ -47,10 +55,10 @@ def test_pm_counters_interval_and_loss(tmp_path):
     (folder / "energy").write_text("1250 J 1633005478552553 us\n")
     reading = host.stop()
     assert (reading.joules, reading.source, reading.kind, reading.host) == (250.0, "pm_counters", "measured", "nid001")
-    # the counters restarted (generation changed): the interval is unknown, not negative or huge
+    # the counters restarted (startup changed): the interval is unknown, not negative or huge
     _pm_tree(tmp_path, 1000)
     host = HostEnergy(PmCounters(tmp_path))
-    _pm_tree(tmp_path, 20, generation=8)
+    _pm_tree(tmp_path, 20, startup=1633005000000000)
     lost = host.stop()
     assert lost.joules is None and "restarted" in lost.note
     # the file goes missing mid-run
@@ -62,6 +70,24 @@ def test_pm_counters_interval_and_loss(tmp_path):
     with pytest.raises(CounterLost, match="is not '<value> J"):
         (folder / "energy").write_text("garbage\n")
         PmCounters(tmp_path).sample()
+
+
+def test_pm_counters_cap_change_is_measured_and_restart_is_seen(tmp_path):
+    """``generation`` counts power-cap changes, which leave the energy counter running: a
+    cap changed mid-run is still a measurement. A restart of the service (``startup``
+    changed) resets the counters: the interval is lost even where the new value happens to
+    be above the first (a restart early in a long run)."""
+    _pm_tree(tmp_path, 1000, generation=7)
+    host = HostEnergy(PmCounters(tmp_path))
+    _pm_tree(tmp_path, 1400, generation=8)                   # the cap changed; same startup
+    capped = host.stop()
+    assert capped.joules == 400.0 and capped.note is None
+    _pm_tree(tmp_path, 1000)
+    host = HostEnergy(PmCounters(tmp_path))
+    _pm_tree(tmp_path, 1600, startup=1633005000000000)      # restarted, then counted past 1000 J
+    restarted = host.stop()
+    assert restarted.joules is None
+    assert restarted.note == "pm_counters restarted during the run (startup 1633001000000000 -> 1633005000000000)"
 
 
 def test_rapl_packages_wrap_and_subdomains(tmp_path):
@@ -83,6 +109,24 @@ def test_rapl_packages_wrap_and_subdomains(tmp_path):
         (base / "intel-rapl:0" / "energy_uj").write_text(f"{value}\n")
         last = meter.sample()
     assert meter.joules(first, last) == pytest.approx(2100e-6)
+
+
+def test_rapl_psys_is_not_added_to_the_packages(tmp_path):
+    """A client Intel CPU: ``intel-rapl:0`` is package-0 (with core and uncore inside it),
+    ``intel-rapl:1`` is ``psys``, the whole platform, which holds the package's energy
+    already: only the package is counted."""
+    base = _rapl_tree(tmp_path, {"intel-rapl:0": 100, "intel-rapl:0:0": 10, "intel-rapl:0:1": 20, "intel-rapl:1": 500},
+                      names={"intel-rapl:0:0": "core", "intel-rapl:0:1": "uncore", "intel-rapl:1": "psys"})
+    meter = Rapl(tmp_path)
+    assert meter.domains == 1
+    host = HostEnergy(meter, wrap_sample_seconds=3600)
+    (base / "intel-rapl:0" / "energy_uj").write_text("400\n")
+    (base / "intel-rapl:1" / "energy_uj").write_text("900\n")
+    assert host.stop().joules == pytest.approx(300e-6)
+    # psys alone (no package domain) is no package energy: RAPL is not this host's source
+    _rapl_tree(tmp_path / "psys", {"intel-rapl:0": 5}, names={"intel-rapl:0": "psys"})
+    with pytest.raises(FileNotFoundError, match="package"):
+        Rapl(tmp_path / "psys")
 
 
 def _set_counter(path: Path, value: int) -> None:
@@ -136,7 +180,7 @@ def test_counters_lost_mid_run_are_missing_not_zero(tmp_path, monkeypatch):
 
 def test_source_choice(tmp_path, monkeypatch):
     monkeypatch.delenv("SCALESTUDY_ENERGY", raising=False)
-    assert open_meter(root=str(tmp_path)) is None                     # nothing readable: missing, not 0
+    assert open_meter(root=str(tmp_path)).name == "none"              # nothing readable: missing, not 0
     _rapl_tree(tmp_path, {"intel-rapl:0": 5})
     assert open_meter(root=str(tmp_path)).name == "rapl"
     _pm_tree(tmp_path, 10)
@@ -145,6 +189,38 @@ def test_source_choice(tmp_path, monkeypatch):
     assert open_meter("none", root=str(tmp_path)) is None
     with pytest.raises(ValueError, match="SCALESTUDY_ENERGY='watts'"):
         open_meter("watts", root=str(tmp_path))
+
+
+def test_a_host_without_any_counter_says_which_sources_it_tried(tmp_path, monkeypatch):
+    """This machine: no pm_counters, no RAPL (an empty recorded tree stands for its /sys).
+    The host's reading is missing with the sources tried and why each failed, and the run
+    stores that as its energy_note; a host with a counter beside it is not summed alone."""
+    from results_db.ingest import _RunTotals
+
+    monkeypatch.delenv("SCALESTUDY_ENERGY", raising=False)
+    reading = HostEnergy(open_meter(root=str(tmp_path)), host="bare").stop()
+    assert reading is not None and reading.joules is None and (reading.source, reading.kind) == ("none", None)
+    tried = f"pm_counters: {tmp_path}/sys/cray/pm_counters/energy"
+    assert reading.note.startswith("no energy counter readable (") and tried in reading.note
+    assert f"rapl: {tmp_path}/sys/class/powercap" in reading.note
+    cuda = HostEnergy(open_meter(root=str(tmp_path), device="cuda"), host="bare").stop()
+    assert "nvml: " in cuda.note                                  # a GPU run tried NVML too
+
+    def totals(readings, hosts):
+        t = _RunTotals()
+        for h in hosts:
+            t.add_rank({"host": h, "node": h})
+        for r in readings:
+            t.add_end({"summary": {"energy": r}})
+        return t.energy_of_run()
+
+    alone = totals([reading.to_dict()], ["bare"])
+    assert alone == {"energy_note": f"bare: {reading.note}"}       # no source, no kind: nothing was read
+    rapl = {"host": "a", "source": "rapl", "joules": 300.0, "seconds": 10.0, "kind": "measured"}
+    beside = totals([rapl, reading.to_dict()], ["a", "bare"])
+    assert "energy_joules" not in beside and beside["energy_source"] == "rapl"
+    assert beside["energy_note"].startswith("no energy counter on bare (1 of 2 hosts read): ")
+    assert totals([], ["a"]) == {}                  # SCALESTUDY_ENERGY=none: no reading, and nothing to explain
 
 
 class _StandInNvml:
@@ -292,6 +368,26 @@ def test_runs_record_their_hosts_energy(tmp_path):
     for run in runs:   # the run's columns are its one host's reading
         row = by_host[by_host["run_id"] == run.id].iloc[0]
         assert row["joules"] == run.energy_joules and row["watts"] == pytest.approx(run.energy_watts)
+
+
+@pytest.mark.mpi
+def test_a_run_on_a_host_without_counters_stores_why(tmp_path):
+    """A whole run whose host has no counter (an empty recorded tree: this machine's /sys has
+    neither pm_counters nor RAPL): the run stores null joules and, as energy_note, the
+    sources its host tried."""
+    from results_db import connect, query
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    proc = scalestudy("sweep", "site=local", "nodes=1", "workers_per_node=1", "study_name=bare",
+                      "workload.kind=command", "workload.command=[python,-c,'pass']",
+                      f"hydra.sweep.dir={tmp_path / 'a'}", cwd=tmp_path,
+                      env={"SCALESTUDY_ENERGY_ROOT": str(bare), "SCALESTUDY_ENERGY": "auto"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = query.runs(connect(f"sqlite:///{tmp_path / 'scalestudy.db'}"), study="bare").to_dict("records")
+    assert run["energy_joules"] is None or run["energy_joules"] != run["energy_joules"]     # null (NaN in pandas)
+    assert "no energy counter readable (pm_counters: " in run["energy_note"]
+    assert f"rapl: {bare}/sys/class/powercap" in run["energy_note"]
 
 
 def test_energy_figures_compare_and_report(tmp_path):

@@ -6,9 +6,13 @@ Sources, tried in this order by ``SCALESTUDY_ENERGY=auto`` (the default; a site 
 
 - ``pm_counters``: HPE Cray EX node counters (Perlmutter, Frontier), ``/sys/cray/pm_counters/
   energy``: the node's joules as ``"<value> J <timestamp> us"`` (about 10 Hz), and
-  ``generation``, which changes when the counters restart: then the interval is unknown;
+  ``startup``, which changes when the pm_counters service restarts and resets the counters:
+  then the interval is unknown. ``generation`` is not a restart: it counts power-cap
+  changes, through which the energy counter keeps counting;
 - ``rapl``: Linux powercap, ``/sys/class/powercap/intel-rapl:N/energy_uj`` per CPU package
-  (its sub-domains, ``intel-rapl:N:M``, are parts of it and not added again), a counter that
+  (``name`` is ``package-N``; its sub-domains, ``intel-rapl:N:M`` core, uncore, dram, are
+  parts of it and not added again; ``psys``, the platform domain of client CPUs, holds the
+  packages' energy already and is never added to them), a counter that
   wraps at ``max_energy_range_uj``: a sampler thread reads it every ``WRAP_SAMPLE_SECONDS``
   so that no wrap goes unseen (one wrap of a 262 kJ range takes about 45 min at 100 W);
 - ``nvml``: each visible GPU's total energy since its driver loaded (mJ,
@@ -20,8 +24,8 @@ Sources, tried in this order by ``SCALESTUDY_ENERGY=auto`` (the default; a site 
   Slurm gathers energy can declare it.
 
 A reading is *measured* (a counter of the hardware), never a TDP guess; where no source is
-readable the energy is missing, and where a counter goes missing or restarts mid-run it is
-missing too, with the reason. ``SCALESTUDY_ENERGY_ROOT`` points the sysfs readers at another
+readable the energy is missing with the sources tried and why each failed (``NoCounter``),
+and where a counter goes missing or restarts mid-run it is missing too, with the reason. ``SCALESTUDY_ENERGY_ROOT`` points the sysfs readers at another
 root (a recorded tree, for tests).
 """
 
@@ -55,7 +59,7 @@ class EnergyReading:
     joules: float | None      # None: unknown (``note`` says why)
     seconds: float
     domains: int              # packages, GPUs or nodes read
-    kind: str = "measured"
+    kind: str | None = "measured"   # None: nothing was read (no counter)
     note: str | None = None
     slurm_step: str | None = None   # source ``slurm``: the step whose accounting holds the joules
 
@@ -92,19 +96,21 @@ class PmCounters(Meter):
     def __init__(self, root: Path) -> None:
         self.folder = root / "sys" / "cray" / "pm_counters"
         if not (self.folder / "energy").is_file():
-            raise FileNotFoundError(self.folder / "energy")
+            raise FileNotFoundError(f"{self.folder / 'energy'}: no such file")
 
     def sample(self) -> tuple[int, str]:
+        """(joules, startup). A node without ``startup`` (an older pm_counters) shows a restart
+        only where the counter went backwards."""
         text = _read(self.folder / "energy")
         match = _PM.match(text)
         if not match:
             raise CounterLost(f"{self.folder / 'energy'}: {text.strip()!r} is not '<value> J ...'")
-        generation = _read(self.folder / "generation").strip() if (self.folder / "generation").exists() else ""
-        return int(match.group(1)), generation
+        startup = _read(self.folder / "startup").strip() if (self.folder / "startup").exists() else ""
+        return int(match.group(1)), startup
 
     def joules(self, first, last) -> float:
         if first[1] != last[1]:
-            raise CounterLost(f"pm_counters restarted during the run (generation {first[1]} -> {last[1]})")
+            raise CounterLost(f"pm_counters restarted during the run (startup {first[1]} -> {last[1]})")
         if last[0] < first[0]:
             raise CounterLost(f"pm_counters went backwards ({first[0]} -> {last[0]} J)")
         return float(last[0] - first[0])
@@ -115,10 +121,12 @@ class Rapl(Meter):
 
     def __init__(self, root: Path) -> None:
         base = root / "sys" / "class" / "powercap"
-        self.packages = sorted(p for p in base.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name)
-                               and (p / "energy_uj").is_file())
+        tops = sorted(p for p in base.glob("intel-rapl:*") if re.fullmatch(r"intel-rapl:\d+", p.name)
+                      and (p / "energy_uj").is_file())
+        self.packages = [p for p in tops if _domain_name(p).startswith("package")]
         if not self.packages:
-            raise FileNotFoundError(base / "intel-rapl:0" / "energy_uj")
+            found = ", ".join(f"{p.name} {_domain_name(p)}" for p in tops)
+            raise FileNotFoundError(f"{base}: no RAPL package domain" + (f" (only {found})" if found else ""))
         self.ranges = [int(_read(p / "max_energy_range_uj")) for p in self.packages]
         self.domains = len(self.packages)
         self._lock = threading.Lock()
@@ -145,6 +153,14 @@ class Rapl(Meter):
 
     def joules(self, first, last) -> float:
         return (last - first) / 1e6
+
+
+def _domain_name(domain: Path) -> str:
+    """A top RAPL domain's ``name``; a kernel old enough to lack the file had packages only."""
+    try:
+        return (domain / "name").read_text().strip()
+    except OSError:
+        return "package"
 
 
 class Nvml(Meter):
@@ -203,28 +219,52 @@ class SlurmStep(Meter):
         raise CounterLost("slurm: the step's energy is read from sacct at ingestion")
 
 
+class NoCounter(Meter):
+    """Stands for a host where no source was readable, so that its reading says which sources
+    were tried and why each failed: without it the run would store no reason at all."""
+
+    name = "none"
+    domains = 0
+
+    def __init__(self, tried: list[str]) -> None:
+        self.why = f"no energy counter readable ({'; '.join(tried)})"
+
+    def sample(self) -> None:
+        raise CounterLost(self.why)
+
+    def joules(self, first, last) -> float:
+        raise CounterLost(self.why)
+
+
 def open_meter(source: str | None = None, root: str | None = None, device: str = "cpu",
                gpus: str | None = None) -> Meter | None:
-    """The host's meter for ``source``, or None when none is readable. ``auto``: the node's
-    pm_counters; else, on a GPU run, NVML (the GPUs ``gpus`` names: a GPU run's energy is
-    mostly its GPUs'); else RAPL (the CPU packages)."""
+    """The host's meter for ``source``: a ``NoCounter`` naming what failed when none is
+    readable, None when ``none`` turned energy off. ``auto``: the node's pm_counters; else,
+    on a GPU run, NVML (the GPUs ``gpus`` names: a GPU run's energy is mostly its GPUs');
+    else RAPL (the CPU packages)."""
     source = (source or os.environ.get(ENERGY_ENV) or "auto").strip()
     if source not in SOURCES:
         raise ValueError(f"{ENERGY_ENV}={source!r}: expected one of {', '.join(SOURCES)}")
     base = Path(root or os.environ.get(ROOT_ENV) or "/")
     auto = ["pm_counters", "nvml", "rapl"] if device == "cuda" else ["pm_counters", "rapl"]
-    order = {"auto": auto, "none": []}.get(source, [source])
-    for name in order:
+    if source == "none":
+        return None
+    tried = []
+    for name in {"auto": auto}.get(source, [source]):
         try:
             meter = {"pm_counters": lambda: PmCounters(base), "rapl": lambda: Rapl(base), "nvml": lambda: Nvml(gpus=gpus),
                      "slurm": lambda: SlurmStep()}[name]()
             meter.sample()     # readable now (RAPL's energy_uj is root-only on many kernels)
             return meter
-        except (OSError, ImportError, CounterLost, ValueError, RuntimeError):
-            continue
-        except Exception:      # noqa: BLE001 - NVML's own errors when no driver is loaded
-            continue
-    return None
+        except Exception as exc:   # noqa: BLE001 - OSError, CounterLost, no pynvml, NVML's own errors
+            tried.append(f"{name}: {_why(exc)}")
+    return NoCounter(tried)
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of why a source failed (NVML's errors run to several)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 class HostEnergy:
@@ -279,6 +319,7 @@ class HostEnergy:
             # a host draws watts: a counter that stood still for seconds is a stub (VMs expose those)
             joules, self._note = None, f"{self.meter.name}: the counter did not advance in {seconds:.1f} s"
         return EnergyReading(self.host, self.meter.name, joules, seconds, self.meter.domains,
+                             kind=None if isinstance(self.meter, NoCounter) else "measured",
                              note=self._note if joules is None else None)
 
 
