@@ -7,8 +7,15 @@ finished run (``runs`` of every attempt, not only the latest): the run's axes an
 step time per step as metric history (``loss``, ``step_seconds``), and the site, batch job,
 commit, run_key, attempt and status as tags. Exporting again adds nothing twice: an attempt
 already in the experiment whole (tags ``scalestudy.run_key`` and ``scalestudy.attempt``, and
-``scalestudy.complete``, set last) is skipped; one an interrupted export left half-written is
-deleted and sent again. Runs still pending or running are left for a later export.
+``scalestudy.complete``, set last) is skipped. Runs still pending or running are left for a
+later export.
+
+An export deletes only what it wrote itself: each names its runs with its own id
+(``scalestudy.export``, set when the run is created), and one that fails midway deletes its
+own runs without the completion tag. It never deletes another run of the experiment: a
+user's own run, or another export's half-written one, since an export still writing and one
+killed midway look the same from outside; such an attempt is sent again whole and the
+half-written run is counted for the user to remove.
 
 MLflow is an optional extra (``pip install 'scalestudy[mlflow]'``: the client,
 ``mlflow-skinny``); a sweep never needs it.
@@ -19,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import urllib.error
+import uuid
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -34,6 +42,7 @@ from . import query
 EXPERIMENT_PREFIX = "scalestudy/"
 RUN_KEY_TAG, ATTEMPT_TAG = "scalestudy.run_key", "scalestudy.attempt"
 COMPLETE_TAG = "scalestudy.complete"   # set last: a run without it was cut off mid-export, and is redone
+EXPORT_TAG = "scalestudy.export"       # set at creation: the export that owns the run (the only one to delete it)
 UNFINISHED = ("pending", "running")
 STATUS = {"done": "FINISHED", "cancelled": "KILLED"}      # everything else that ended: FAILED
 PARAM_COLUMNS = tuple(f.name for f in FIELDS if f.identity and f.column and f.name not in ("params", "command")) + (
@@ -55,6 +64,7 @@ class Exported:
     added: int
     skipped: int
     unfinished: int
+    half_written: int = 0   # runs other exports left without the completion tag: not ours to delete
 
 
 def _client(tracking_uri: str):
@@ -147,20 +157,38 @@ def _rank0_history(engine: Engine, run_ids: list[int]) -> dict[int, pd.DataFrame
     return {int(r): g[["step", "loss", "step_seconds"]] for r, g in first.groupby("run_id")}
 
 
-def _exported(client, experiment_id: str) -> set[tuple[str, str]]:
-    """The (run_key, attempt) pairs the experiment holds whole; runs an earlier export left
-    half-written (no completion tag) are deleted, to be sent again."""
-    seen, token = set(), None
+def _runs_of(client, experiment_id: str, where: str = ""):
+    token = None
     while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        for r in page:
-            if r.data.tags.get(COMPLETE_TAG) == "true":
-                seen.add((r.data.tags.get(RUN_KEY_TAG), r.data.tags.get(ATTEMPT_TAG)))
-            else:
-                client.delete_run(r.info.run_id)
+        page = client.search_runs([experiment_id], filter_string=where, max_results=1000, page_token=token)
+        yield from page
         token = page.token
         if not token:
-            return seen
+            return
+
+
+def _exported(client, experiment_id: str) -> tuple[set[tuple[str, str]], int]:
+    """The (run_key, attempt) pairs the experiment holds whole, and how many of our runs
+    another export left half-written (sent again, not deleted: it may still be writing)."""
+    seen, half = set(), 0
+    for r in _runs_of(client, experiment_id):
+        if r.data.tags.get(COMPLETE_TAG) == "true":
+            seen.add((r.data.tags.get(RUN_KEY_TAG), r.data.tags.get(ATTEMPT_TAG)))
+        elif RUN_KEY_TAG in r.data.tags:
+            half += 1
+    return seen, half
+
+
+def _discard_own(client, experiment_id: str, export_id: str) -> None:
+    """Delete this export's runs that lack the completion tag: found by the export's tag,
+    so that a run whose creation reached the store but whose answer was lost goes too.
+    Best effort: the store may be what failed."""
+    try:
+        for r in _runs_of(client, experiment_id, f"tags.`{EXPORT_TAG}` = '{export_id}'"):
+            if r.data.tags.get(COMPLETE_TAG) != "true":
+                client.delete_run(r.info.run_id)
+    except Exception:   # noqa: BLE001 - the original error is the one to report
+        pass
 
 
 def _chunks(items: list, n: int = _BATCH) -> Iterable[list]:
@@ -179,24 +207,28 @@ def export_study(engine: Engine, study: str, tracking_uri: str, progress=None) -
     try:
         experiment = client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-        seen = _exported(client, experiment_id)
+        seen, half_written = _exported(client, experiment_id)
     except Exception as exc:   # noqa: BLE001 - MLflow's own errors name the store's problem
         raise ExportError(f"--tracking-uri {tracking_uri}: {_first_line(exc)}") from None
     ended = runs[~runs["status"].isin(UNFINISHED)]
     todo = ended[[(str(k), str(int(a))) not in seen for k, a in zip(ended["run_key"], ended["attempt"])]]
     history = _rank0_history(engine, [int(i) for i in todo["run_id"]])
+    export_id = uuid.uuid4().hex
     for n, (_, run) in enumerate(todo.iterrows(), 1):
         try:
-            _send_run(client, experiment_id, run, history.get(int(run["run_id"])))
-        except Exception as exc:   # noqa: BLE001 - a refused value or a lost store: one line, the rest kept
+            _send_run(client, experiment_id, run, history.get(int(run["run_id"])), export_id)
+        except BaseException as exc:   # a refused value, a lost store, Ctrl-C: our half-written run goes
+            _discard_own(client, experiment_id, export_id)
+            if not isinstance(exc, Exception):
+                raise
             raise ExportError(f"run {int(run['run_id'])} ({run['run_key']}): MLflow refused it: {_first_line(exc)} "
                               f"({n - 1} run(s) of {len(todo)} sent; exporting again resumes)") from None
         if progress:
             progress(n, len(todo))
-    return Exported(name, len(todo), len(ended) - len(todo), len(runs) - len(ended))
+    return Exported(name, len(todo), len(ended) - len(todo), len(runs) - len(ended), half_written)
 
 
-def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame | None) -> None:
+def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame | None, export_id: str) -> None:
     """One finished attempt as an MLflow run, tagged complete only once all of it is in."""
     from mlflow.entities import Metric, Param, RunStatus
 
@@ -205,7 +237,7 @@ def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame 
     params, metrics, tags, steps = run_payload(run, history)
     started, finished = _ms(run.get("started_at")) or _ms(run.get("created_at")), _ms(run.get("finished_at"))
     label = " ".join(f"{k}={run[k]}" for k in ("nodes", "workers_per_node", "batch_size") if k in run)
-    made = client.create_run(experiment_id, start_time=started, tags={**tags, "mlflow.runName":
+    made = client.create_run(experiment_id, start_time=started, tags={**tags, EXPORT_TAG: export_id, "mlflow.runName":
                              f"{label} #{int(run['attempt'])}"}, run_name=f"{label} #{int(run['attempt'])}")
     stamp = finished or started or 0
     all_metrics = [Metric(k, v, stamp, 0) for k, v in metrics.items()] + \

@@ -72,21 +72,110 @@ def test_runs_arrive_as_in_sql_and_only_once(study):
     assert len(_search(uri)) == 2
 
 
-def test_an_interrupted_export_is_redone(study):
-    """A run an export left half-written (cut off before its completion tag) is deleted and
-    sent again whole; the whole ones stay as they are."""
+def _complete(got) -> set:
+    return set(got["tags.scalestudy.complete"].fillna("")) if "tags.scalestudy.complete" in got else {""}
+
+
+def test_a_failed_export_removes_its_own_half_written_run_only(study):
+    """An export that MLflow stops midway (a metric name it refuses) deletes the half-written
+    run it made; a half-written run of another export (one killed earlier, or one still
+    writing: nothing tells them apart) is left as it is, and its attempt is sent again whole."""
     tmp, url, engine = study
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     done = query.runs(engine, study="syn", where="status=done")
     client = mlflow.tracking.MlflowClient(uri)
     experiment = client.create_experiment("scalestudy/syn")
     cut = client.create_run(experiment, tags={"scalestudy.run_key": str(done["run_key"].iloc[0]),
-                                              "scalestudy.attempt": str(int(done["attempt"].iloc[0]))})
-    proc = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
-    assert proc.returncode == 0 and "2 run(s) added, 0 already there" in proc.stdout, proc.stderr
+                                              "scalestudy.attempt": str(int(done["attempt"].iloc[0])),
+                                              "scalestudy.export": "another-export"})
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET metrics = :m WHERE id = :i"),
+                     {"m": '{"bad!name": 1.0}', "i": int(done["run_id"].iloc[1])})
+    failed = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
+    assert failed.returncode == 2 and "MLflow refused it" in failed.stderr, failed.stderr
     got = _search(uri)
-    assert len(got) == 2 and cut.info.run_id not in set(got["run_id"])
-    assert set(got["tags.scalestudy.complete"]) == {"true"} and got["metrics.throughput"].notna().all()
+    # what is left: the other export's run, and whatever this one finished whole
+    assert set(got["run_id"]) - {cut.info.run_id} == set(got[got["tags.scalestudy.complete"] == "true"]["run_id"])
+    assert cut.info.run_id in set(got["run_id"])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET metrics = NULL"))
+    proc = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 half-written run(s) of other exports left as they are" in proc.stdout
+    got = _search(uri)
+    whole = got[got["tags.scalestudy.complete"] == "true"]
+    assert sorted(whole["tags.scalestudy.run_key"]) == sorted(done["run_key"]) and whole["metrics.throughput"].notna().all()
+    assert set(got["run_id"]) == set(whole["run_id"]) | {cut.info.run_id}
+
+
+def test_a_foreign_run_in_the_experiment_is_kept(study):
+    """A user's own run in the study's experiment, made with the plain MLflow client (none of
+    our tags): an export adds beside it and never deletes it."""
+    tmp, url, _ = study
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    experiment = client.create_experiment("scalestudy/syn")
+    mine = client.create_run(experiment, run_name="my notebook's run")
+    client.log_metric(mine.info.run_id, "loss", 0.5)
+    for _ in range(2):     # a first export and one that adds nothing
+        proc = scalestudy("export", "mlflow", "--study", "syn", "--tracking-uri", uri, "--db", url, cwd=tmp)
+        assert proc.returncode == 0, proc.stderr
+    kept = client.get_run(mine.info.run_id)
+    assert kept.info.lifecycle_stage == "active" and kept.data.metrics == {"loss": 0.5}
+    assert len(_search(uri)) == 3
+
+
+def test_two_exports_at_once_keep_each_others_runs(tmp_path, monkeypatch):
+    """Two databases holding study syn (two sites' runs, say) exported into one store at the
+    same time. Export A is held (a hook on the real client's log_batch) with its first run
+    created but not yet complete while export B runs from start to end; then A goes on. B
+    must not delete A's run in progress, and both end whole."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from perf_synthetic import write_study
+    from results_db.mlflow_export import export_study
+
+    engines = [connect(f"sqlite:///{tmp_path / f'{side}.db'}") for side in "ab"]
+    write_study(engines[0], "syn", configs=((8, 2),))
+    write_study(engines[1], "syn", configs=((16, 4),))
+    with engines[1].begin() as conn:    # another site's run: its own run_key
+        conn.execute(text("UPDATE runs SET run_key = 'site-b-' || run_key"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    held, go_on = threading.Event(), threading.Event()
+    log_batch = MlflowClient.log_batch
+
+    def holding(self, run_id, *args, **kwargs):
+        if threading.current_thread().name == "export-a" and not held.is_set():
+            held.set()
+            assert go_on.wait(120), "export B never finished"
+        return log_batch(self, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", holding)
+    outcome = {}
+
+    def export_a():
+        try:
+            outcome["a"] = export_study(engines[0], "syn", uri)
+        except Exception as exc:   # noqa: BLE001 - reported by the assertion below
+            outcome["a"] = exc
+
+    a = threading.Thread(target=export_a, name="export-a")
+    a.start()
+    assert held.wait(120), "export A never reached its first run"
+    in_progress = _search(uri)
+    assert len(in_progress) == 1
+    b = export_study(engines[1], "syn", uri)
+    after_b = _search(uri)
+    go_on.set()
+    a.join(120)
+    assert b.added == 1 and not isinstance(outcome["a"], Exception), outcome["a"]
+    assert set(in_progress["run_id"]) <= set(after_b["run_id"])        # A's run in progress survived B
+    got = _search(uri)
+    assert len(got) == 2 and set(got["tags.scalestudy.complete"]) == {"true"}
+    assert sorted(got["tags.scalestudy.run_key"]) == ["site-b-syn-k0", "syn-k0"]
+    assert got["tags.scalestudy.export"].nunique() == 2                 # each run names the export that wrote it
 
 
 def test_bad_input_is_one_line(study):

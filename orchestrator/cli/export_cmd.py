@@ -42,4 +42,8 @@ def export(argv: Sequence[str]) -> int:
     print(f"study {args.study} -> MLflow experiment {out.experiment} at {args.tracking_uri}: {out.added} run(s) "
           f"added, {out.skipped} already there" + (f", {out.unfinished} still pending or running (left for a later "
                                                     "export)" if out.unfinished else ""))
+    if out.half_written:
+        print(f"{out.half_written} half-written run(s) of other exports left as they are (no tag scalestudy.complete: "
+              "an export still writing, or one cut off): delete them in MLflow "
+              "once no export is running")
     return 0
