@@ -405,3 +405,67 @@ def test_majority_waits_for_its_initiator():
     solo = predict(_fit(algorithm="eager_solo"), "eager_solo", [2], 4)
     majority = predict(_fit(algorithm="eager_majority"), "eager_majority", [2], 4)
     assert majority["wait_seconds"].iloc[0] - solo["wait_seconds"].iloc[0] == pytest.approx(majority_wait(0.003))
+
+
+def test_predict_shows_the_bands_coverage_of_the_studys_own_runs(tmp_path):
+    """model predict says how many of this study's finished runs its band holds, counted on
+    the stored runs: a run moved onto its prediction after the fit counts in, moved 10x
+    slower counts out; a run added since the fit is counted apart; a fit without bootstrap
+    refits (no band) shows no coverage at all."""
+    from sqlalchemy import text
+
+    from conftest import scalestudy
+    from perf_model.measured import measured_throughput
+    from perf_synthetic import write_study
+    from results_db import connect, query
+    from results_db.model_fits import latest_model_fit
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    engine = connect(url)
+    write_study(engine)
+    assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "20", cwd=tmp_path).returncode == 0
+    fit = latest_model_fit(engine, "syn")
+    runs = query.runs(engine, study="syn").set_index("run_id")
+
+    def shown() -> str:
+        out = scalestudy("model", "predict", "--study", "syn", "--db", url, "--nodes", "1,2", "--workers-per-node", "2",
+                         "--out", str(tmp_path / "fig"), cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "38 %" not in out.stdout            # no figure of another study passed off as this one's
+        return out.stdout
+
+    def inside() -> dict[int, bool]:
+        """Each run in or out of the band, from predict() at its configuration (one node, P ranks)."""
+        got = measured_throughput(engine, list(runs.index), fit["warmup"]).set_index("run_id")["throughput"]
+        out = {}
+        for run_id, run in runs.iterrows():
+            at = {**fit, "workloads": {"sync": {**fit["workloads"]["sync"], "batch_size": int(run["batch_size"]),
+                                                "threads_per_worker": 1}}}
+            [row] = predict(at, "sync", [1], int(run["workers_per_node"])).to_dict("records")
+            out[run_id] = row["throughput_low"] <= got[run_id] <= row["throughput_high"]
+        return out
+
+    def set_step(run_id: int, seconds: float) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE steps SET seconds = :s WHERE run_id = :r AND rank = 0"), {"s": seconds, "r": run_id})
+
+    held = sum(inside().values())
+    assert (f"measured: the 90% band held {held} of this study's 6 finished sync run(s) ({held / 6:.0%}), all of "
+            "them runs the fit saw") in shown()
+    run_id = next(r for r, ok in inside().items() if not ok)
+    run = runs.loc[run_id]
+    at = {**fit, "workloads": {"sync": {**fit["workloads"]["sync"], "batch_size": int(run["batch_size"]),
+                                        "threads_per_worker": 1}}}
+    [row] = predict(at, "sync", [1], int(run["workers_per_node"])).to_dict("records")
+    set_step(run_id, row["step_seconds"])                     # measured exactly as predicted: inside
+    assert f"band held {held + 1} of this study's 6" in shown()
+    set_step(run_id, 10 * row["step_seconds"])                # ten times slower: outside
+    assert f"band held {held} of this study's 6" in shown()
+    # a run added after the fit: counted apart from the runs the fit saw
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET run_key = 'fitted-' || run_key"))
+    write_study(engine, configs=((8, 2),), seed=5)
+    stdout = shown()
+    assert "band held" in stdout and f"{held} of the 6 the fit saw, " in stdout and " of the 1 run(s) since" in stdout
+    assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp_path).returncode == 0
+    assert "band held" not in shown()                          # no refits, no band: nothing to measure

@@ -203,6 +203,7 @@ def _network(site_name: str | None):
 
 
 def _predict(args) -> int:
+    from perf_model.coverage import band_coverage
     from perf_model.predict import DEFAULT_BAND, PredictError, choose_algorithm, predict
     from results_db.model_fits import latest_model_fit
 
@@ -237,11 +238,14 @@ def _predict(args) -> int:
         if site is not None and max(counts) > site.max_nodes and not args.ranks:
             print(f"note: site {site.name} has {site.max_nodes} nodes; counts above it are beyond the machine")
         table = predict(fit, algorithm, counts, wpn, network, band, host_of(site) if site is not None else None)
+        coverage = band_coverage(engine, fit, args.study, algorithm, band)
     except (PredictError, ConfigError, ValueError) as exc:
         return fail(str(exc))
     shape = fit["workloads"][algorithm]
     unvalidated = unvalidated_on(engine, fit, site)
     _print_prediction(args.study, fit, algorithm, table, wpn or shape["workers_per_node"], site, network, band)
+    if coverage is not None:
+        print(coverage.line(algorithm))
     if unvalidated:
         print(f"UNVALIDATED on site {site.name}: {unvalidated}")
     _print_checked(engine, fit)
@@ -301,8 +305,7 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
         print(f"note ({algorithm}): {note}")
     print("the band is the fit's spread over its own runs (runs resampled, every term refitted), not a "
           "prediction interval: it leaves out how far one new run lands and any error of the model's form at "
-          "scale; on held-out sizes here it held 38 % of runs (benchmarks/RESULTS.md), so read it as the fit's "
-          "uncertainty, not as a range a run will fall in")
+          "scale, so read it as the fit's uncertainty, not as a range a run will fall in")
 
 
 def _draw(args, engine, fit, algorithm: str, table, site, band: float, unvalidated: str = "") -> int:
