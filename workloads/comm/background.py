@@ -269,7 +269,10 @@ class BackgroundAllreduce:
         groups its result gives, negotiation k+1, ...), since each group comes from the
         same collective result and a new negotiation starts exactly when the previous
         one's groups have been started and some slot is still unreduced; when a rank
-        runs its cycles is its own affair."""
+        runs its cycles is its own affair. A group's collective may wait for a local stage
+        (a copy to the host, the producing stream): the data path issues collectives in the
+        order they were started, never in the order those stages end
+        (``data_path._Queued``; tests/test_collective_order.py)."""
         c.in_flight = [r for r in c.in_flight if not self._finish(st, r, wait=backward_done)]
         if c.negotiation is None:
             c.negotiation = self._negotiate(local)

@@ -25,6 +25,7 @@ staging code runs with plain copies and events that are always complete.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 
 import torch
 from mpi4py import MPI
@@ -38,6 +39,10 @@ class Device:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
+        # whether a copy or an event may still be running when the call returns (a GPU; the
+        # tests' stand-in, tests/fake_device/late_device.py): the host must then keep its
+        # own buffers and wait for events before it reads them
+        self.copies_are_async = self.cuda
         self.copy_stream = torch.cuda.Stream(device=device) if self.cuda else None
 
     def host_buffer(self, numel: int, dtype=torch.float32) -> torch.Tensor:
@@ -100,32 +105,118 @@ class _Done(Transfer):
         pass
 
 
-class _MPIRequest(Transfer):
-    def __init__(self, request) -> None:
-        self.request = request
+class _Queued(Transfer):
+    """A transfer whose collective its path issues, in the order transfers were started.
+
+    Some transfers have a local stage before their collective (a copy to the host, the
+    producing stream's work). When that stage ends depends on this rank's own timing, so
+    issuing each collective as soon as its stage ends would let two ranks issue the same
+    collectives in different orders: mismatched sums, or a hang when the sizes differ. The
+    path issues instead from the head of its queue only, so a transfer whose stage is not done
+    holds back every transfer started after it, and the issue order is the start order on
+    every rank by construction (DDP's reducer launches its buckets in bucket order for the
+    same reason; Horovod's background thread executes the coordinator's responses in order).
+    """
+
+    def __init__(self, path: "DataPath") -> None:
+        self.path = path
+        self.issued = False
+
+    def local_done(self, block: bool) -> bool:
+        """Whether the stage before the collective is done (waiting for it if ``block``)."""
+        return True
+
+    @abstractmethod
+    def issue(self) -> None:
+        """Start the collective (called by the path, in start order)."""
+
+    @abstractmethod
+    def _test_issued(self) -> bool: ...
+
+    @abstractmethod
+    def _wait_issued(self) -> None: ...
 
     def test(self) -> bool:
-        return bool(self.request.Test())
+        if not self.issued:
+            self.path.issue_in_order()
+            if not self.issued:
+                return False
+        return self._test_issued()
 
     def wait(self) -> None:
+        if not self.issued:
+            self.path.issue_in_order(through=self)
+        self._wait_issued()
+
+
+class _MPIRequest(_Queued):
+    """``MPI_Iallreduce`` in place on a buffer MPI can read at once (host memory, or device
+    memory for a GPU-aware MPI once the producing stream is done)."""
+
+    def __init__(self, path: "DataPath", buffer, ready_event=None) -> None:
+        super().__init__(path)
+        self.buffer, self.ready_event, self.request = buffer, ready_event, None
+
+    def local_done(self, block: bool) -> bool:
+        if block:
+            self.path.device.wait(self.ready_event)
+            return True
+        return self.path.device.passed(self.ready_event)
+
+    def issue(self) -> None:
+        self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
+
+    def _test_issued(self) -> bool:
+        return bool(self.request.Test())
+
+    def _wait_issued(self) -> None:
         self.request.Wait()
 
 
 class DataPath(ABC):
+    """Starts sums over all ranks; issues their collectives in start order (``_Queued``).
+
+    One thread at a time uses a path (the engine's thread, or the training thread in
+    ``progress="hooks"``); the engines start transfers in the order their negotiation
+    agreed, so every rank issues the same collectives in the same order."""
     name: str
 
     def __init__(self, comm: MPI.Comm, device: Device) -> None:
         self.comm, self.device = comm, device
+        self._unissued: deque[_Queued] = deque()
 
     @property
     def label(self) -> str:
         """What a run records as the path it used (``runs.data_path_used``)."""
         return self.name
 
-    @abstractmethod
     def start(self, tensor: torch.Tensor) -> Transfer:
         """Start summing ``tensor`` (contiguous, float32, on the run's device) over all ranks,
-        in place. Every rank starts the same transfers in the same order."""
+        in place. Every rank starts the same transfers in the same order; their collectives
+        are issued in that order, whatever each rank's local timing."""
+        if self.comm.Get_size() == 1:
+            return _Done()
+        transfer = self._transfer(tensor)
+        self._unissued.append(transfer)
+        self.issue_in_order()
+        return transfer
+
+    @abstractmethod
+    def _transfer(self, tensor: torch.Tensor) -> _Queued:
+        """A transfer of ``tensor``, its local stage begun and its collective not yet issued."""
+
+    def issue_in_order(self, through: _Queued | None = None) -> None:
+        """Issue queued collectives from the head while the head's local stage is done; with
+        ``through``, wait for each stage up to and including that transfer's."""
+        while self._unissued:
+            head = self._unissued[0]
+            if not head.local_done(block=through is not None):
+                return
+            self._unissued.popleft()
+            head.issue()
+            head.issued = True
+            if head is through:
+                return
 
     def close(self) -> None:
         """Release what the path holds (process groups, buffers)."""
@@ -134,43 +225,45 @@ class DataPath(ABC):
 class HostMPI(DataPath):
     name = "mpi"
 
-    def start(self, tensor: torch.Tensor) -> Transfer:
-        if self.comm.Get_size() == 1:
-            return _Done()
-        return _MPIRequest(self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM))
+    def _transfer(self, tensor: torch.Tensor) -> _Queued:
+        return _MPIRequest(self, tensor.numpy())
 
 
 class CudaAwareMPI(DataPath):
     name = "cuda_aware_mpi"
 
-    def start(self, tensor: torch.Tensor) -> Transfer:
-        if self.comm.Get_size() == 1:
-            return _Done()
-        # MPI reads the device buffer now, outside any CUDA stream: what produced it must be done
-        self.device.wait(self.device.mark())
+    def _transfer(self, tensor: torch.Tensor) -> _Queued:
+        # MPI reads the device buffer outside any CUDA stream: the collective is issued once
+        # the work that produced it is done (an event on the producing stream has passed)
         buffer = tensor.detach() if self.device.cuda else tensor.numpy()
-        return _MPIRequest(self.comm.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM))
+        return _MPIRequest(self, buffer, ready_event=self.device.mark())
 
 
-class _Staged(Transfer):
+class _Staged(_Queued):
     """device -> host (copy stream) -> MPI on the host -> device (copy stream), advanced a
     stage at a time by ``test`` so that an engine's cycle never blocks on it."""
 
     def __init__(self, path: "HostStaging", tensor: torch.Tensor, host: torch.Tensor) -> None:
-        self.path, self.tensor, self.host = path, tensor, host
+        super().__init__(path)
+        self.tensor, self.host = tensor, host
         self.down = path.device.copy_after(host, tensor, path.device.mark())
         self.request = None
         self.up = None
         self.done = False
 
-    def test(self) -> bool:
+    def local_done(self, block: bool) -> bool:
+        if block:
+            self.path.device.wait(self.down)
+            return True
+        return self.path.device.passed(self.down)
+
+    def issue(self) -> None:
+        self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.host.numpy(), op=MPI.SUM)
+
+    def _test_issued(self) -> bool:
         device = self.path.device
         if self.done:
             return True
-        if self.request is None:
-            if not device.passed(self.down):
-                return False
-            self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.host.numpy(), op=MPI.SUM)
         if self.up is None:
             if not self.request.Test():
                 return False
@@ -181,40 +274,40 @@ class _Staged(Transfer):
         self.done = True
         return True
 
-    def wait(self) -> None:
-        device = self.path.device
+    def _wait_issued(self) -> None:
         if self.done:
             return
-        if self.request is None:
-            device.wait(self.down)
-            self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.host.numpy(), op=MPI.SUM)
         if self.up is None:
             self.request.Wait()
-            self.up = device.copy_after(self.tensor, self.host, None)
-        device.join(self.up)   # the optimizer's stream waits for the copy back; the host need not
+            self.up = self.path.device.copy_after(self.tensor, self.host, None)
+        self.path.device.join(self.up)   # the optimizer's stream waits for the copy back; the host need not
         self.done = True
 
 
 class HostStaging(DataPath):
     name = "host_staging"
 
-    def start(self, tensor: torch.Tensor) -> Transfer:
-        if self.comm.Get_size() == 1:
-            return _Done()
+    def _transfer(self, tensor: torch.Tensor) -> _Queued:
         # one pinned buffer per transfer in flight: a slice of a growing pool would be
         # reallocated under an earlier transfer, so each gets its own (pinned memory is cached)
         host = self.device.host_buffer(tensor.numel(), tensor.dtype).view_as(tensor)
         return _Staged(self, tensor, host)
 
 
-class _TorchWork(Transfer):
-    def __init__(self, work) -> None:
-        self.work = work
+class _TorchWork(_Queued):
+    def __init__(self, path: "TorchDistributed", tensor: torch.Tensor) -> None:
+        super().__init__(path)
+        self.tensor, self.work = tensor, None
 
-    def test(self) -> bool:
+    def issue(self) -> None:
+        # on NCCL the collective is queued on NCCL's stream after the current stream's work
+        dist = self.path.dist
+        self.work = dist.all_reduce(self.tensor, op=dist.ReduceOp.SUM, async_op=True)
+
+    def _test_issued(self) -> bool:
         return self.work.is_completed()
 
-    def wait(self) -> None:
+    def _wait_issued(self) -> None:
         self.work.wait()   # on NCCL: the current stream waits for NCCL's; the host does not
 
 
@@ -238,10 +331,8 @@ class TorchDistributed(DataPath):
     def label(self) -> str:
         return f"{self.name}:{self.backend}"
 
-    def start(self, tensor: torch.Tensor) -> Transfer:
-        if self.comm.Get_size() == 1:
-            return _Done()
-        return _TorchWork(self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM, async_op=True))
+    def _transfer(self, tensor: torch.Tensor) -> _Queued:
+        return _TorchWork(self, tensor)
 
     def close(self) -> None:
         if self.owns_group and self.dist.is_initialized():
@@ -282,7 +373,7 @@ class HostMirror:
 
     def __init__(self, device: Device, tensor: torch.Tensor, separate: bool | None = None) -> None:
         self.device, self.tensor = device, tensor
-        separate = device.cuda if separate is None else separate
+        separate = device.copies_are_async if separate is None else separate
         self.host = device.host_buffer(tensor.numel(), tensor.dtype).view_as(tensor) if separate else tensor
         self.copies = 0   # device <-> host copies made (what the CPU tests check)
 
