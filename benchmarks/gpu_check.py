@@ -1,33 +1,36 @@
-"""The GPU check: every algorithm a few steps on CUDA, against the CPU path; sync against ddp.
+"""The GPU check: the data paths GPU runs take, at several ranks, against an independent reference.
 
     python benchmarks/gpu_check.py [--steps 10] [--repeats 5] [--out gpu_check.json]
-    python benchmarks/gpu_check.py --device cpu     # the same flow on the CPU: checks this script
+    python benchmarks/gpu_check.py --device cpu     # the same flow on the CPU: checks this script only
 
-Run it on a GPU node, in scalestudy's environment with a CUDA build of torch (what it needs is
-what a GPU sweep needs; it starts the workload with this environment's mpiexec, as the local
-sites do). Three parts, each line saying what it measured:
+Run it on a GPU node, in scalestudy's environment with a CUDA build of torch; it starts each case
+with this environment's mpiexec, as the local sites do. Every line says what it compared; exit
+status 1 if any check fails, 2 if no GPU is visible. Four parts:
 
-1. Correctness, 1 rank: sync, ddp (NCCL), eager_solo, eager_majority and horovod (where it was
-   built with NCCL) train ``--steps`` steps of small_cnn on digits (batch 32, lr 0.1) on the
-   GPU; the loss after those steps is compared with the same run on the CPU, which takes it
-   from 2.31 to about 1.0 in 30 steps. Tolerance: the two losses within 10 % of the CPU run's
-   drop. The GPU's arithmetic is not the CPU's (cuDNN picks other convolution algorithms and
-   uses TF32 by default) and SGD carries such differences forward; a wrong or missing
-   gradient would leave the loss near where it started, a whole drop away.
-2. Correctness, 2 ranks sharing the one GPU, where the data path allows it: sync through
-   pinned host staging (and CUDA-aware MPI, where this MPI is one), eager_solo and
-   eager_majority (host staging), async_ps (1 server + 1 worker, host staging). NCCL refuses
-   two ranks on one GPU, so sync over torch.distributed and ddp are not run so. Same
-   tolerance, except eager-SGD at 2 ranks: which rank's gradient lands in which round depends
-   on timing, so two runs differ even on one CPU (eager_majority: 20 % of the drop apart,
-   CPU against CPU, ``--device cpu``); its loss is compared within 50 % of the drop, which a
-   missing gradient (100 %) still fails.
-3. Speed, 1 rank: sync against ddp (NCCL), resnet20 on generated CIFAR-shaped images (batch
-   128), interleaved A B A B ``--repeats`` times, median throughput and the ratio with its
-   range. At one rank sync has no engine (nothing to reduce) while ddp still runs its reducer
-   through NCCL: the ratio is ddp's single-GPU overhead, not a scaling result.
+1. Agreement at several ranks. Each case trains small_cnn on digits for ``--steps`` steps at R
+   ranks with a fusion threshold of 0.02 MB (several fused groups per engine cycle, the case in
+   which a rank could issue its groups' collectives in another order than its peers), and is
+   compared with one process training the global batch (R x 16) on the same device: the weights'
+   distance ``|w_R - w_1| / |w_1 - w_init|`` (how far from the reference, relative to how far
+   training moved) must be below ``AGREEMENT[device]``. A sum that misses a rank, or adds the
+   wrong tensors, moves the weights a sizeable part of a step off; cuDNN's and TF32's arithmetic
+   on another batch split moves them far less (each line prints the measured value). Cases:
+   ``sync``'s default GPU path (the engine over NCCL through torch.distributed) and ``ddp`` on R
+   separate GPUs where the node has several; ``sync`` through CUDA-aware MPI where this MPI is
+   one; two ranks sharing one GPU through pinned host staging; eager_solo and eager_majority
+   with every round synchronous (then they are SGD on the global batch) through host staging.
+2. The negative control: the first agreement case again with rank 1's contribution zeroed before
+   every sum (benchmarks/gpu_check_rank.py --corrupt). The ranks still agree with one another;
+   the check must report it as failed, or the whole check fails: a pass then means something.
+3. Every algorithm's loss on the device against the same run on the CPU, 1 rank (and async_ps,
+   1 server + 1 worker): within 10 % of the CPU run's loss drop (eager-SGD at 2 ranks: 50 %, its
+   rounds depend on timing).
+4. Speed: sync against ddp, resnet20 on generated CIFAR-shaped images (batch 128), on R GPUs
+   where the node has several (1 otherwise: there sync reduces nothing and the ratio is ddp's
+   single-GPU overhead), interleaved A B A B ``--repeats`` times, medians and the ratio's range.
 
-Exit status 1 if any check fails.
+With ``--device cpu`` the same flow runs on CPU paths (host MPI in place of host staging and
+CUDA-aware MPI, gloo in place of NCCL): it checks the script and its negative control, not a GPU.
 """
 
 from __future__ import annotations
@@ -51,6 +54,14 @@ from workloads.spec import RunSpec  # noqa: E402
 
 TOLERANCE = 0.10         # of the CPU run's loss drop over the steps
 EAGER_TOLERANCE = 0.50
+# |w_R - w_1| / |w_1 - w_init| below which R ranks agree with one process on the global batch.
+# CPU: the same arithmetic on another batch split, about 1e-6 (tests/test_gpu_check.py). CUDA:
+# cuDNN picks other algorithms for other batch sizes and convolutions run in TF32 by default
+# (10-bit mantissa): differences of order 1e-3 of a step; a sum that misses one of two ranks is
+# of order 0.5 (the control prints its value).
+AGREEMENT = {"cpu": 1e-4, "cuda": 0.05}
+FUSION_MB = 0.02         # small_cnn's gradients in several fused groups per cycle
+RANK_PROGRAM = REPO / "benchmarks" / "gpu_check_rank.py"
 
 
 def _mpiexec() -> str:
@@ -60,19 +71,27 @@ def _mpiexec() -> str:
     return found
 
 
-def run(spec: RunSpec, work: Path, name: str, timeout: float = 900) -> dict:
-    """One run of the workload, started as a local site starts it; its result and final losses."""
-    folder = work / name
+def _launch(spec: RunSpec, folder: Path, program: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
     folder.mkdir(parents=True, exist_ok=True)
     spec.save(folder / "spec.json")
     env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads_per_worker)}
     t0 = time.monotonic()
-    proc = subprocess.run([_mpiexec(), "-n", str(spec.world_size), sys.executable, "-m", "workloads",
-                           str(folder / "spec.json")], capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=REPO)
-    out = {"name": name, "seconds": time.monotonic() - t0, "returncode": proc.returncode}
+    proc = subprocess.run([_mpiexec(), "-n", str(spec.world_size), sys.executable, *program],
+                          capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+    return proc, time.monotonic() - t0
+
+
+def _error(proc: subprocess.CompletedProcess) -> str:
+    return (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+
+
+def run(spec: RunSpec, work: Path, name: str, timeout: float = 900) -> dict:
+    """One run of the workload, started as a local site starts it; its result and mean losses."""
+    folder = work / name
+    proc, seconds = _launch(spec, folder, ["-m", "workloads", str(folder / "spec.json")], timeout)
+    out = {"name": name, "seconds": seconds, "returncode": proc.returncode}
     if proc.returncode != 0 or not result_file(folder).is_file():
-        out["error"] = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        out["error"] = _error(proc)
         return out
     result = json.loads(result_file(folder).read_text())
     losses = []
@@ -84,6 +103,41 @@ def run(spec: RunSpec, work: Path, name: str, timeout: float = 900) -> dict:
     out.update(throughput=result.get("throughput"), data_path_used=result.get("data_path_used"),
                first_loss=statistics.mean(a for a, _ in losses), last_loss=statistics.mean(b for _, b in losses))
     return out
+
+
+def weights(spec: RunSpec, work: Path, name: str, corrupt: bool = False, timeout: float = 900) -> dict:
+    """Train ``spec`` through gpu_check_rank.py: every rank's final weights, the initial ones, the
+    path the run took and its fused groups per step (from rank 0's timeline)."""
+    folder = work / name
+    out_file = folder / "weights.npz"
+    program = [str(RANK_PROGRAM), str(folder / "spec.json"), str(out_file)] + (["--corrupt"] if corrupt else [])
+    proc, seconds = _launch(spec, folder, program, timeout)
+    if proc.returncode != 0 or not out_file.is_file():
+        return {"name": name, "error": _error(proc)}
+    import numpy as np
+
+    arrays = np.load(out_file)
+    events = [json.loads(line) for line in rank_metrics_file(folder, 0).read_text().splitlines()
+              if '"type":"event"' in line and '"allreduce"' in line]
+    per_step: dict[int, int] = {}
+    for e in events:
+        per_step[e["step"]] = per_step.get(e["step"], 0) + 1
+    result = json.loads(result_file(folder).read_text()) if result_file(folder).is_file() else {}
+    return {"name": name, "seconds": seconds, "final": arrays["final"], "init": arrays["init"],
+            "data_path_used": result.get("data_path_used"),
+            "groups_per_step": statistics.median(per_step.values()) if per_step else 0}
+
+
+def distance(case: dict, reference: dict) -> tuple[float, float]:
+    """How far the case's ranks are from the reference, and from one another, relative to how
+    far the reference moved from the initial weights."""
+    import numpy as np
+
+    ref = reference["final"][0]
+    moved = float(np.linalg.norm(ref - reference["init"]))
+    off = max(float(np.linalg.norm(w - ref)) for w in case["final"]) / moved
+    spread = max(float(np.linalg.norm(w - case["final"][0])) for w in case["final"]) / moved
+    return off, spread
 
 
 def base(device: str, **fields) -> RunSpec:
@@ -108,7 +162,100 @@ def compare(case: str, gpu: dict, cpu: dict, tolerance: float) -> tuple[bool, st
                 f"(tolerance {tolerance:.0%}); data path {gpu['data_path_used']}")
 
 
-def correctness(device: str, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
+def cuda_aware_mpi() -> tuple[bool, str]:
+    """Whether this MPI takes device pointers (MPIX_Query_cuda_support, where the MPI has it)."""
+    from mpi4py import MPI
+
+    query = getattr(MPI, "Query_cuda_support", None)
+    if query is None:
+        return False, f"mpi4py {__import__('mpi4py').__version__} cannot ask this MPI (no Query_cuda_support)"
+    try:
+        ok = bool(query())
+    except Exception as exc:  # an MPI without the MPIX extension
+        return False, f"this MPI cannot say ({type(exc).__name__})"
+    library = MPI.Get_library_version().splitlines()[0].strip()
+    return ok, f"{library} {'is' if ok else 'is not'} CUDA-aware"
+
+
+def agreement_cases(device: str, gpus: int) -> tuple[list[tuple[str, dict, int]], list[str]]:
+    """(case, spec fields, ranks) for part 1, and lines for what was left out and why."""
+    cases, skipped = [], []
+    ranks = min(gpus, 4) if device == "cuda" else 2
+    common = dict(algorithm="sync", fusion_threshold_mb=FUSION_MB, timeline=True)
+    if device == "cpu" or gpus >= 2:
+        on = f"{ranks} ranks on {ranks} GPUs" if device == "cuda" else f"{ranks} ranks"
+        cases.append((f"sync, {on}, torch.distributed ({'NCCL' if device == 'cuda' else 'gloo'})",
+                      dict(common, data_path="torch_distributed", gpus_per_node=ranks if device == "cuda" else 0),
+                      ranks))
+        cases.append((f"ddp, {on} ({'NCCL' if device == 'cuda' else 'gloo'})",
+                      dict(common, algorithm="ddp", gpus_per_node=ranks if device == "cuda" else 0), ranks))
+    else:
+        skipped.append("skip sync over NCCL and ddp at several ranks: this node has one GPU and NCCL refuses "
+                       "two ranks on one GPU")
+    if device == "cuda":
+        aware, why = cuda_aware_mpi()
+        if aware:
+            n = ranks if gpus >= 2 else 2
+            cases.append((f"sync, {n} ranks, CUDA-aware MPI", dict(common, data_path="cuda_aware_mpi",
+                                                                    gpus_per_node=min(gpus, n)), n))
+        else:
+            skipped.append(f"skip sync over CUDA-aware MPI: {why}")
+    staged = "host staging" if device == "cuda" else "host MPI in place of host staging"
+    path = "host_staging" if device == "cuda" else "mpi"
+    cases.append((f"sync, 2 ranks sharing one GPU, {staged}", dict(common, data_path=path, gpus_per_node=1 if
+                                                                   device == "cuda" else 0), 2))
+    for algorithm in ("eager_solo", "eager_majority"):
+        cases.append((f"{algorithm}, 2 ranks sharing one GPU, every round synchronous, {staged}",
+                      dict(algorithm=algorithm, sync_every=1, gpus_per_node=1 if device == "cuda" else 0), 2))
+    return cases, skipped
+
+
+def agreement(device: str, gpus: int, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
+    lines, records, ok_all = [], [], True
+    cases, skipped = agreement_cases(device, gpus)
+    lines += skipped
+    references: dict[int, dict] = {}
+    tolerance = AGREEMENT[device]
+    for i, (case, fields, ranks) in enumerate(cases):
+        if ranks not in references:
+            references[ranks] = weights(base(device, steps_per_epoch=steps, batch_size=16 * ranks), work,
+                                        f"reference-{ranks}")
+        reference = references[ranks]
+        spec = base(device, workers_per_node=ranks, threads_per_node=ranks, batch_size=16, steps_per_epoch=steps,
+                    **fields)
+        got = weights(spec, work, f"agree-{i}")
+        if "error" in reference or "error" in got:
+            ok_all = False
+            lines.append(f"FAIL {case}: {reference.get('error') or got.get('error')}")
+            continue
+        off, spread = distance(got, reference)
+        several = fields.get("algorithm") != "sync" or got["groups_per_step"] >= 2
+        ok = off <= tolerance and several
+        ok_all &= ok
+        lines.append(f"{'ok  ' if ok else 'FAIL'} {case}: weights {off:.2e} of the training's move from one process "
+                     f"on the global batch (tolerance {tolerance:.0e}), ranks {spread:.1e} apart; data path "
+                     f"{got['data_path_used']}" + (f"; {got['groups_per_step']:g} fused groups a step" if
+                                                   fields.get("algorithm") == "sync" else "")
+                     + ("" if several else " (fewer than 2 groups a step: the order was not exercised)"))
+        records.append({"case": case, "off": off, "spread": spread, "ok": ok, "groups_per_step": got["groups_per_step"],
+                        "data_path_used": got["data_path_used"]})
+        if i == 0:   # the negative control, on the first case's path
+            bad = weights(spec, work, "control", corrupt=True)
+            if "error" in bad:
+                ok_all = False
+                lines.append(f"FAIL negative control: {bad['error']}")
+                continue
+            bad_off, bad_spread = distance(bad, reference)
+            caught = bad_off > tolerance
+            ok_all &= caught
+            lines.append(f"{'ok  ' if caught else 'FAIL'} negative control ({case}, rank 1's contribution zeroed "
+                         f"before every sum): weights {bad_off:.2e} off, ranks {bad_spread:.1e} apart: "
+                         + ("caught" if caught else "NOT caught: this check cannot see a wrong sum"))
+            records.append({"case": "negative control", "off": bad_off, "spread": bad_spread, "ok": caught})
+    return lines, records, ok_all
+
+
+def losses(device: str, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
     import importlib.util
 
     lines, records, ok_all = [], [], True
@@ -120,21 +267,13 @@ def correctness(device: str, steps: int, work: Path) -> tuple[list[str], list[di
             one_rank.append("horovod")
         else:
             lines.append("skip horovod: this Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
-    cases = [(f"{a}, 1 rank", dict(algorithm=a), TOLERANCE) for a in one_rank]
-    cases += [("sync, 2 ranks on one GPU, host staging", dict(algorithm="sync", data_path="host_staging"), TOLERANCE),
-              ("eager_solo, 2 ranks on one GPU", dict(algorithm="eager_solo"), EAGER_TOLERANCE),
-              ("eager_majority, 2 ranks on one GPU", dict(algorithm="eager_majority"), EAGER_TOLERANCE),
-              ("async_ps, 2 ranks on one GPU (1 server, 1 worker)", dict(algorithm="async_ps"), TOLERANCE)]
-    lines.append("skip sync over torch.distributed and ddp at 2 ranks: NCCL refuses two ranks on one GPU")
-    lines.append("skip sync over CUDA-aware MPI: the mpich wheel is not CUDA-aware (a Cray MPICH with GTL is)")
-    for case, fields, tolerance in cases:
-        ranks = 2 if "2 ranks" in case else 1
+    cases = [(f"{a}, 1 rank", dict(algorithm=a), TOLERANCE, 1) for a in one_rank]
+    cases.append(("async_ps, 2 ranks on one GPU (1 server, 1 worker)", dict(algorithm="async_ps"), TOLERANCE, 2))
+    for case, fields, tolerance, ranks in cases:
         fields = {**fields, "workers_per_node": ranks, "threads_per_node": ranks, "steps_per_epoch": steps}
-        cpu_fields = {k: v for k, v in fields.items() if k != "data_path"}
-        if device == "cpu":   # checking this script: the CPU takes none of the GPU data paths
-            fields = cpu_fields
-        gpu = run(base(device, **fields), work, f"{case.replace(' ', '_').replace(',', '')}-{device}")
-        cpu = run(base("cpu", **cpu_fields), work, f"{case.replace(' ', '_').replace(',', '')}-cpu")
+        name = case.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+        gpu = run(base(device, **fields), work, f"{name}-{device}")
+        cpu = run(base("cpu", **fields), work, f"{name}-cpu")
         ok, line = compare(case, gpu, cpu, tolerance)
         ok_all &= ok
         lines.append(line)
@@ -142,8 +281,10 @@ def correctness(device: str, steps: int, work: Path) -> tuple[list[str], list[di
     return lines, records, ok_all
 
 
-def speed(device: str, repeats: int, work: Path) -> tuple[list[str], dict]:
-    spec = dict(model="resnet20", dataset="synthetic_images", batch_size=128, steps_per_epoch=30, lr=0.05)
+def speed(device: str, gpus: int, repeats: int, work: Path) -> tuple[list[str], dict]:
+    ranks = min(gpus, 4) if device == "cuda" and gpus >= 2 else 1
+    spec = dict(model="resnet20", dataset="synthetic_images", batch_size=128, steps_per_epoch=30, lr=0.05,
+                workers_per_node=ranks, threads_per_node=ranks, gpus_per_node=ranks if device == "cuda" else 0)
     rows: dict[str, list[float]] = {"sync": [], "ddp": []}
     for i in range(repeats):
         for algorithm in ("sync", "ddp"):   # interleaved: A B A B ...
@@ -153,11 +294,32 @@ def speed(device: str, repeats: int, work: Path) -> tuple[list[str], dict]:
             rows[algorithm].append(r["throughput"])
     ratios = [s / d for s, d in zip(rows["sync"], rows["ddp"])]
     med = {a: statistics.median(v) for a, v in rows.items()}
-    line = (f"speed, 1 rank, resnet20 batch 128, {repeats} interleaved pairs of 30 steps: sync {med['sync']:.0f} "
+    where = f"{ranks} ranks on {ranks} GPUs" if ranks > 1 else "1 rank"
+    line = (f"speed, {where}, resnet20 batch 128, {repeats} interleaved pairs of 30 steps: sync {med['sync']:.0f} "
             f"samples/s, ddp (torch.distributed {'nccl' if device == 'cuda' else 'gloo'}) {med['ddp']:.0f} samples/s; "
-            f"sync/ddp median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}); at one "
-            "rank sync reduces nothing and ddp still runs its reducer: ddp's single-GPU overhead")
-    return [line], {"throughput": rows, "ratios": ratios}
+            f"sync/ddp median {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})"
+            + ("; at one rank sync reduces nothing and ddp still runs its reducer: ddp's single-GPU overhead"
+               if ranks == 1 else ""))
+    return [line], {"ranks": ranks, "throughput": rows, "ratios": ratios}
+
+
+def header(device: str) -> str:
+    import torch
+
+    if device == "cpu":
+        return f"gpu_check --device cpu (checks this script, not a GPU); torch {torch.__version__}"
+    props = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+    driver = "?"
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.split()[0]
+    except Exception:
+        pass
+    from mpi4py import MPI
+
+    return (f"gpu_check on {len(props)} x {props[0]}; driver {driver}; torch {torch.__version__}, CUDA "
+            f"{torch.version.cuda}, NCCL {nccl}; {MPI.Get_library_version().splitlines()[0].strip()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-losses", action="store_true", help="leave out part 3 (every algorithm against the CPU)")
     parser.add_argument("--out", type=Path, default=None, help="also write every number as JSON here")
     args = parser.parse_args(argv)
     import torch
@@ -173,21 +336,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print(f"gpu_check: no GPU is visible (torch {torch.__version__}, CUDA {torch.version.cuda})", file=sys.stderr)
         return 2
-    header = f"gpu_check on {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'CPU'}; torch " \
-             f"{torch.__version__}, CUDA {torch.version.cuda}"
-    print(header, flush=True)
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    top = header(args.device)
+    print(top, flush=True)
+    record: dict = {"header": top}
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-        lines, records, ok = correctness(args.device, args.steps, Path(tmp))
+        work = Path(tmp)
+        lines, record["agreement"], ok = agreement(args.device, gpus, args.steps, work)
         for line in lines:
             print(line, flush=True)
-        speed_record = {}
+        if not args.skip_losses:
+            lines, record["losses"], ok_losses = losses(args.device, args.steps, work)
+            ok &= ok_losses
+            for line in lines:
+                print(line, flush=True)
         if not args.skip_speed:
-            speed_lines, speed_record = speed(args.device, args.repeats, Path(tmp))
+            speed_lines, record["speed"] = speed(args.device, gpus, args.repeats, work)
             for line in speed_lines:
                 print(line, flush=True)
-            ok &= bool(speed_record)
+            ok &= bool(record["speed"])
     if args.out:
-        args.out.write_text(json.dumps({"header": header, "correctness": records, "speed": speed_record}, indent=1))
+        args.out.write_text(json.dumps(record, indent=1))
+    print("gpu_check: " + ("every check passed" if ok else "FAILED"), flush=True)
     return 0 if ok else 1
 
 
