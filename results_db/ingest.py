@@ -345,7 +345,7 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
         run.job_id = str(job_id)
     run.versions = totals.versions
     for name in ("throughput", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
-                 "exit_code", "output_tail", "data_path_used"):
+                 "exit_code", "output_tail", "data_path_used", "nccl_network", "nccl_plugin"):
         setattr(run, name, result.get(name))
     # GPU facts where the ranks recorded them; missing (null) where they did not, never 0
     run.gpu_model = ", ".join(totals.gpu_models) or None

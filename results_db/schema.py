@@ -96,6 +96,10 @@ runs_table = Table(
     Column("gpus", Integer),                                  # distinct GPUs the run's ranks used
     Column("gpu_peak_memory_mb", Float),                      # the largest peak any rank allocated (MB)
     Column("gpu_utilization", Float),                         # mean NVML utilisation (%), null where NVML was absent
+    # the network NCCL logged ("AWS Libfabric", "Socket": its TCP fallback; several, comma-separated, where
+    # the ranks differed) and the plugin the run's site declares; null where no NCCL communicator ran
+    Column("nccl_network", String(128)),
+    Column("nccl_plugin", String(64)),
     # threads per CPU on the run's most crowded host (its ranks' threads over the CPUs they could
     # use); above 1 the ranks shared cores. Null where a host's ranks recorded no affinity
     Column("host_load", Float),

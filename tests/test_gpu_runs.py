@@ -32,9 +32,10 @@ BASE = {"study_name": "g", "nodes": 2, "workers_per_node": 4}
 
 # the GPU of each rank of a 2-node, 4-ranks-a-node run, written from the facilities' pages:
 # Polaris' set_affinity_gpu_polaris.sh "gpu=$((${num_gpus} - 1 - ${PMI_LOCAL_RANK} % ${num_gpus}))";
-# Perlmutter's "export CUDA_VISIBLE_DEVICES=$SLURM_LOCALID"
+# Perlmutter: NERSC's tutorials "Reversing order of GPUs to match default CPU affinities from Slurm"
+# "export CUDA_VISIBLE_DEVICES=3,2,1,0" (local rank k on GPU 3 - k; WarpX: "$((3-SLURM_LOCALID))")
 EXPECTED_GPU = {"polaris": ["3", "2", "1", "0", "3", "2", "1", "0"],
-                "perlmutter_gpu": ["0", "1", "2", "3", "0", "1", "2", "3"]}
+                "perlmutter_gpu": ["3", "2", "1", "0", "3", "2", "1", "0"]}
 
 
 def test_binding_arithmetic_against_the_facilities_rules():
@@ -94,7 +95,7 @@ def test_the_stand_ins_refuse_wrong_gpu_flags(launcher, flags, said):
 
 def test_gpu_sites_default_to_one_rank_per_gpu_and_refuse_more():
     assert build_run_spec({**BASE, "site": "polaris"}).gpu_binding == "reverse"
-    assert build_run_spec({**BASE, "site": "perlmutter_gpu"}).gpu_binding == "direct"
+    assert build_run_spec({**BASE, "site": "perlmutter_gpu"}).gpu_binding == "reverse"
     cpu = build_run_spec({**BASE, "site": "polaris", "device": "cpu"})
     assert (cpu.device, cpu.gpu_binding, cpu.gpus_per_node) == ("cpu", "none", 0)
     assert build_run_spec({**BASE, "site": "perlmutter"}).device == "cpu"   # the CPU nodes
@@ -118,7 +119,8 @@ def test_the_dry_run_shows_the_gpu_flags_and_binding(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "--gpus-per-node=4 --gpu-bind=none" in proc.stdout and "--cpus-per-task=32" in proc.stdout
     assert "#SBATCH --constraint=gpu" in proc.stdout
-    assert "GPUs: one per rank, the k-th rank of a node on GPU k % 4" in proc.stdout
+    assert "#SBATCH --gpus-per-node=4" in proc.stdout   # the job holds the GPUs the srun line hands out
+    assert "GPUs: one per rank, the k-th rank of a node on GPU 3 - k % 4" in proc.stdout
 
 
 @pytest.mark.mpi
@@ -186,3 +188,219 @@ def test_gpu_facts_are_stored_shown_and_missing_where_absent(tmp_path, finished_
     page = report.index.read_text()
     for text in ("NVIDIA A100-SXM4-40GB", "GPU peak memory (MB)", "5120", "torch_distributed:nccl", "2.27.3", "570.86"):
         assert text in page, text
+
+
+# --- the GPU sites' batch jobs on Cray MPICH, through stand-ins -------------------------------------------------
+#
+# A batch job's real set-up lines (mpi.env.batch_environment) run in bash after a stand-in for the
+# facility's Lmod: `module load conda` leaves MPICH_GPU_SUPPORT_ENABLED=1 behind, as ALCF's own
+# environment dumps after `module load conda` show (argonne-lcf/alcf-nccl-tests, pytests/*/env_aws.dat),
+# and `module load cray-mpich-abi` sets CRAY_MPICH_ROOTDIR as the cray-mpich module does (same dumps),
+# holding a GTL stand-in file when the test says so. Then the Parsl worker's real code
+# (orchestrator.mpi.run.execute_planned) starts the run through the stand-in launcher
+# (tests/fake_launchers/gpu_launchers.py), which treats the ranks as Cray MPICH would: the thread
+# level capped by MPICH_MAX_THREAD_SAFETY, an abort with GPU support on and no GTL. The ranks run
+# the real workload on this host's MPICH; a device=cuda run here ends where it finds no GPU, which
+# is past every launcher gate.
+
+LMOD = """module() {{
+  echo "module $*" >> {log}
+  case "$1 $2" in
+    "load conda") export MPICH_GPU_SUPPORT_ENABLED=1 ;;
+    "load cray-mpich-abi"|"load pytorch") export CRAY_MPICH_ROOTDIR={cray} ;;
+  esac
+}}
+conda() {{ echo "conda $*" >> {log}; }}
+"""
+
+
+def _launcher_bin(tmp_path: Path) -> Path:
+    """mpiexec and srun on PATH as the machine's launchers: the stand-ins, each call logged."""
+    bin_dir = tmp_path / "machine-bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("mpiexec", "srun"):
+        path = bin_dir / name
+        seen = " ".join(f"{v}=${v}" for v in ("MPICH_GPU_SUPPORT_ENABLED", "LD_PRELOAD", "NCCL_DEBUG",
+                                              "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"))
+        path.write_text(f"#!/bin/sh\necho \"{name} $* | {seen}\" >> {tmp_path / 'launcher-calls.log'}\n"
+                        f"exec {sys.executable} {STAND_IN} {name} \"$@\"\n")
+        path.chmod(0o755)
+    return bin_dir
+
+
+def _batch_run(tmp_path: Path, site, overrides: dict, gtl: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+    """One run of ``site`` as its batch job would start it (the block comment above)."""
+    from orchestrator.mpi.env import batch_environment, env_bin_dir
+    from orchestrator.site.queues import plan_batch_jobs
+    from orchestrator.pools.preview import preview_batch_script
+
+    spec = build_run_spec({"study_name": "cray", "site": site.name, "nodes": 1, "epochs": 1, "steps_per_epoch": 2,
+                           "batch_size": 16, **overrides}, site=site)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec.save(run_dir / "spec.json")
+    cray = tmp_path / "cray-mpich"
+    if gtl:   # the cray-mpich module's GTL folder, holding an empty stand-in of the library
+        (cray / "gtl" / "lib").mkdir(parents=True)
+        (cray / "gtl" / "lib" / "libmpi_gtl_cuda.so").write_text("")
+    options = " ".join(x for x in (site.launcher_options, launch_flags(site, spec.threads_per_worker,
+                                                                       spec.workers_per_node, spec.device)) if x)
+    env = {"PATH": f"{_launcher_bin(tmp_path)}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "PARSL_MPI_PREFIX": preview_launch_prefix(site, spec.nodes, spec.workers_per_node, options)}
+    if site.provider == "slurm":   # what sbatch puts in the job's environment from its #SBATCH lines
+        # sbatch passes on the submitting login environment, where Perlmutter users report
+        # MPICH_GPU_SUPPORT_ENABLED=1 (the issue that added these tests)
+        env["MPICH_GPU_SUPPORT_ENABLED"] = "1"
+        [job] = plan_batch_jobs(site, [spec.nodes])
+        script, _ = preview_batch_script(site, job, tmp_path)
+        env["SLURM_JOB_ID"] = "4242"
+        for line in script.splitlines():
+            if line.startswith("#SBATCH --gpus-per-node="):
+                env["SLURM_GPUS_PER_NODE"] = line.split("=", 1)[1]
+    else:
+        env["PBS_JOBID"] = "4242.polaris"
+    text = "\n".join([LMOD.format(log=tmp_path / "module-calls.log", cray=cray), *batch_environment(site),
+                      f"cd {run_dir}",
+                      f"exec {env_bin_dir()}/python3 -c 'import sys; from pathlib import Path; "
+                      "from orchestrator.mpi.run import execute_planned; execute_planned(Path(sys.argv[1]))' "
+                      f"{run_dir}"])
+    proc = subprocess.run(["bash", "-c", text], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    return proc, run_dir
+
+
+def _site_without(tmp_path: Path, name: str, line: str) -> "SiteConfig":
+    """The shipped site file with one line taken out (a setting dropped)."""
+    from orchestrator.site.config import site_dir
+
+    text = (site_dir() / f"{name}.yaml").read_text()
+    assert line in text.splitlines(), line
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(x for x in text.splitlines() if x != line) + "\n")
+    return load_site(str(path))
+
+
+THREAD_SAFETY = "  MPICH_MAX_THREAD_SAFETY: multiple   # [TS] the engine thread and eager-SGD's progress thread need MULTIPLE"
+
+
+@pytest.mark.mpi
+def test_a_polaris_batch_job_runs_its_engine_thread_on_cray_mpich(tmp_path):
+    """A CPU run of the sync engine (its background thread needs MPI_THREAD_MULTIPLE) started as
+    Polaris' batch job would start it, after `module load conda` left MPICH_GPU_SUPPORT_ENABLED=1:
+    it finishes. Without MPICH_MAX_THREAD_SAFETY the stand-in grants SERIALIZED and the engine
+    refuses; without the run's MPICH_GPU_SUPPORT_ENABLED=0 the job aborts for want of GTL."""
+    site = load_site("polaris")
+    proc, run_dir = _batch_run(tmp_path, site, {"workers_per_node": 2, "threads_per_node": 32, "device": "cpu",
+                                                "engine_thread": True})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "done" and result["steps"] == 2
+    assert "module load conda" in (tmp_path / "module-calls.log").read_text()   # the stand-in Lmod ran
+    assert (tmp_path / "launcher-calls.log").read_text().startswith("mpiexec -n 2 -ppn 2")   # PALS' stand-in
+
+    # the negative control: the same run on the site file without MPICH_MAX_THREAD_SAFETY
+    dropped = tmp_path / "dropped"
+    dropped.mkdir()
+    proc, run_dir = _batch_run(dropped, _site_without(dropped, "polaris", THREAD_SAFETY),
+                               {"workers_per_node": 2, "threads_per_node": 32, "device": "cpu", "engine_thread": True})
+    assert proc.returncode != 0
+    assert "provides MPI_THREAD_SERIALIZED" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("site_name, data_path", [("polaris", "torch_distributed"), ("polaris", "host_staging"),
+                                                  ("perlmutter_gpu", "torch_distributed")])
+def test_gpu_runs_get_past_cray_mpich_with_gpu_support_as_their_data_path_needs(tmp_path, site_name, data_path):
+    """NCCL and host staging need no GPU-aware MPI: the run sets MPICH_GPU_SUPPORT_ENABLED=0 over
+    the module's 1, so Cray MPICH (the stand-in) starts the ranks, which get as far as looking
+    for their GPU (none here). On Perlmutter the job holds its GPUs (#SBATCH --gpus-per-node=4),
+    so the srun step can hand them out. NCCL's log goes to the run folder."""
+    site = load_site(site_name)
+    proc, run_dir = _batch_run(tmp_path, site, {"workers_per_node": 4, "data_path": data_path}, gtl=True)
+    assert proc.returncode != 0
+    assert "device=cuda: no GPU is visible" in proc.stderr, proc.stderr[-2000:]
+    assert "GTL library is not linked" not in proc.stderr
+    launched = (tmp_path / "launcher-calls.log").read_text()
+    assert "MPICH_GPU_SUPPORT_ENABLED=0 LD_PRELOAD= " in launched
+    assert f"NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE={run_dir}/nccl/nccl.%h.%p.log" in launched
+
+
+@pytest.mark.mpi
+def test_cuda_aware_mpi_gets_gtl_preloaded_or_one_line_where_there_is_none(tmp_path):
+    """data_path=cuda_aware_mpi: MPICH_GPU_SUPPORT_ENABLED=1 with the cray-mpich module's GTL
+    library preloaded, so Cray MPICH (the stand-in) starts the ranks; where the node has no GTL
+    library, one line naming the data path, before anything is launched."""
+    site = load_site("polaris")
+    overrides = {"workers_per_node": 4, "data_path": "cuda_aware_mpi"}
+    proc, _ = _batch_run(tmp_path, site, overrides, gtl=True)
+    assert proc.returncode != 0
+    assert "device=cuda: no GPU is visible" in proc.stderr and "GTL library is not linked" not in proc.stderr, \
+        proc.stderr[-2000:]
+    gtl = tmp_path / "cray-mpich" / "gtl" / "lib" / "libmpi_gtl_cuda.so"
+    assert f"MPICH_GPU_SUPPORT_ENABLED=1 LD_PRELOAD={gtl} " in (tmp_path / "launcher-calls.log").read_text()
+    bare = tmp_path / "no-gtl"
+    bare.mkdir()
+    proc, _ = _batch_run(bare, site, overrides, gtl=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "data_path='cuda_aware_mpi': needs MPICH_GPU_SUPPORT_ENABLED=1 and Cray MPICH's GTL library" in last, last
+    assert str(bare / "cray-mpich" / "gtl" / "lib") in last
+    assert not (bare / "launcher-calls.log").exists()   # nothing launched
+
+
+# two lines of ALCF's published NCCL logs (argonne-lcf/alcf-nccl-tests at 385be33,
+# pytests/resnet50/results/2025-06-27-09-51-31/without_aws.log and with_aws.log)
+NCCL_SOCKET = "x3006c0s19b1n0:4136197:4136297 [0] NCCL INFO Using network Socket\n"
+NCCL_PLUGIN = "x3006c0s19b1n0:4138718:4138853 [0] NCCL INFO Using network AWS Libfabric\n"
+
+
+def test_the_network_nccl_used_is_recorded_and_a_socket_run_flagged(tmp_path):
+    """A GPU run's summary says which network NCCL logged (read from its log files in the run
+    folder) and which plugin the site declares; ingestion stores both; a run that used sockets on
+    a site with a plugin is flagged by ``scalestudy status`` and in the report, one that used the
+    plugin is not."""
+    from results_db import connect
+    from results_db.html_report import build_report
+    from results_db.ingest import ingest_run
+    from results_db.runs import PlannedRun, register_runs
+    from results_db.schema import Run
+    from sqlalchemy.orm import Session
+    from workloads.metrics import MetricsWriter, write_result
+    from workloads.nccl_network import LOG_DIR, PLUGIN_ENV, network_facts
+    from workloads.spec import RunSpec
+
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    site_env = {PLUGIN_ENV: "AWS Libfabric"}   # what the polaris batch job exports
+    ids = {}
+    for name, logs in (("socket", [NCCL_SOCKET, NCCL_SOCKET.replace("[0]", "[1]")]), ("plugin", [NCCL_PLUGIN]),
+                       ("mixed", [NCCL_PLUGIN, NCCL_SOCKET])):
+        run_dir = tmp_path / name
+        (run_dir / LOG_DIR).mkdir(parents=True)
+        spec = RunSpec(study="nets", site="polaris", nodes=2, workers_per_node=1, device="cuda",
+                       gpu_binding="reverse", gpus_per_node=4, seed=len(ids))
+        spec.save(run_dir / "spec.json")
+        for rank, line in enumerate(logs):   # NCCL's debug file of each process (NCCL_DEBUG_FILE=...%h.%p.log)
+            (run_dir / LOG_DIR / f"nccl.x3006c0s19b1n0.{4136197 + rank}.log").write_text(
+                "x3006c0s19b1n0:4136197:4136197 [0] NCCL INFO NET/Plugin: ...\n" + line)
+        for rank in range(2):
+            w = MetricsWriter(run_dir, rank)
+            w.run_start(rank=rank, size=2, host=f"x300{rank}", node=f"x300{rank}", versions={"nccl": "2.21.5"})
+            w.step(step=0, epoch=0, samples=32, t_start=0.0, data=0.0, forward=0.01, delay=0.0, backward=0.02,
+                   comm_wait=0.005, update=0.001, loss=2.3)
+            w.run_end(status="done", summary={})
+            w.close()
+        facts = network_facts(run_dir, site_env)
+        write_result(run_dir, {"status": "done", "throughput": 100.0, "steps": 1,
+                               "data_path_used": "torch_distributed:nccl", **facts})
+        [decision] = register_runs(engine, "nets", [PlannedRun(name, spec.to_dict(), str(run_dir))])
+        ingest_run(engine, decision.run_id, run_dir)
+        ids[name] = decision.run_id
+    with Session(engine) as s:
+        stored = {r.run_key: (r.nccl_network, r.nccl_plugin) for r in s.query(Run)}
+    assert stored == {"socket": ("Socket", "AWS Libfabric"), "plugin": ("AWS Libfabric", "AWS Libfabric"),
+                      "mixed": ("AWS Libfabric,Socket", "AWS Libfabric")}
+    flagged = f"2 GPU run(s) used NCCL over TCP sockets although the site has the AWS Libfabric network plugin " \
+              f"(runs {ids['socket']}, {ids['mixed']})"
+    proc = scalestudy("status", "--db", f"sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and f"WARNING study nets: {flagged}" in proc.stdout, proc.stdout + proc.stderr
+    page = build_report(engine, "nets", tmp_path / "report", f"sqlite:///{tmp_path / 'r.db'}").index.read_text()
+    assert flagged in page and "NCCL network" in page

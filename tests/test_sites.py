@@ -52,6 +52,18 @@ def test_the_template_is_a_valid_site(tmp_path):
     (BASE + "env: {'X; id': 1}\n", "site.env.X; id=1: not an environment variable name"),
     (BASE + "env: {X: [1, 2]}\n", "site.env.X=[1, 2]: expected a one-line string or number"),
     (BASE + "env: {X: \"a\\nb\"}\n", "site.env.X='a\\nb': expected a one-line string"),
+    (BASE + "worker_init: ['source $HOME/scalestudy/.venv/bin/activate']\n", "activates a second Python environment"),
+    (BASE + "worker_init: ['conda activate myenv']\n", "site.worker_init='conda activate myenv': activates a second"),
+    (BASE + "login_shell: true\n", "site.login_shell=True: the slurm batch script here starts with Parsl's"),
+    (BASE + "login_shell: 'yes'\n", "site.login_shell='yes': expected true or false"),
+    (BASE + "nccl_network: {plugin: AWS Libfabric}\n", "site.nccl_network.source=None"),
+    (BASE + "nccl_network: {plugin: 'a;b', source: x}\n", "site.nccl_network.plugin='a;b'"),
+    (BASE + "nccl_network: {plugin: P, source: x, library_path: [lib]}\n", "site.nccl_network.library_path=['lib']"),
+    (BASE + "nccl_network: {plugin: P, source: x, enabled: 'no'}\n", "site.nccl_network.enabled='no'"),
+    (BASE + "nccl_network: {plugin: P, source: x, env: {NCCL_NET: Socket}}\n", "site.nccl_network.env.NCCL_NET"),
+    (BASE + "nccl_network: {plugin: P, source: x, hosts: 2}\n", "site.nccl_network.hosts=2: unknown key"),
+    (BASE + "env: {NCCL_CROSS_NIC: 0}\nnccl_network: {plugin: P, source: x, env: {NCCL_CROSS_NIC: 1}}\n",
+     "site.env.NCCL_CROSS_NIC='0': also set by nccl_network"),
 ])
 def test_bad_site_files_fail_clearly(tmp_path, text, words):
     path = tmp_path / "mysite.yaml"
@@ -182,3 +194,89 @@ def test_a_site_network_block_is_checked(tmp_path):
             sites.load_site(str(tmp_path / "bad.yaml"))
     for name in ("theta", "polaris", "perlmutter", "local"):   # the shipped ones carry their sources
         assert sites.load_site(name).network.source
+
+
+def _login_home(tmp_path, launcher: str):
+    """A home whose login profile plays the facility's: Lmod's ``module`` and ``conda`` as no-op
+    shell functions, and the machine's launcher (tests/fake_launchers/gpu_launchers.py, which
+    grants the thread level Cray MPICH would) on PATH."""
+    import sys
+
+    from conftest import REPO
+
+    bin_dir = tmp_path / "machine-bin"
+    bin_dir.mkdir()
+    (bin_dir / launcher).write_text(f"#!/bin/sh\nexec {sys.executable} "
+                                    f"{REPO / 'tests' / 'fake_launchers' / 'gpu_launchers.py'} {launcher} \"$@\"\n")
+    (bin_dir / launcher).chmod(0o755)
+    (tmp_path / ".bash_profile").write_text(f"export PATH={bin_dir}:$PATH\nmodule() {{ :; }}\nconda() {{ :; }}\n")
+    return tmp_path
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("site_name, launcher, job", [("polaris", "mpiexec", "PBS_JOBID"),
+                                                      ("perlmutter_gpu", "srun", "SLURM_JOB_ID")])
+def test_sites_check_reports_the_thread_level_the_machines_mpi_grants(tmp_path, monkeypatch, site_name, launcher, job):
+    """Inside an allocation ``sites --check`` starts one rank through the site's launcher after the
+    site's set-up and reports the level MPI_Init_thread(MULTIPLE) got: MULTIPLE with the site's
+    MPICH_MAX_THREAD_SAFETY, SERIALIZED (an error naming the fix) with the line taken out."""
+    from orchestrator.mpi.env import findings, probe_site, render_check
+    from orchestrator.site.config import site_dir
+
+    monkeypatch.setenv("HOME", str(_login_home(tmp_path, launcher)))
+    monkeypatch.setenv(job, "4242")
+    monkeypatch.setenv("SLURM_GPUS_PER_NODE", "4")
+    site = load_site(site_name)
+    probe = probe_site(site)
+    assert probe.get("thread_level") == "MULTIPLE", probe
+    text = render_check(site, probe, findings(site, probe))
+    assert f"ok    MPI grants MPI_THREAD_MULTIPLE (one rank through {tmp_path / 'machine-bin' / launcher} in job 4242)" \
+        in text, text
+    assert "threads:     MULTIPLE" in text
+
+    lines = (site_dir() / f"{site_name}.yaml").read_text().splitlines()
+    path = tmp_path / f"{site_name}.yaml"
+    path.write_text("\n".join(x for x in lines if not x.startswith("  MPICH_MAX_THREAD_SAFETY:")) + "\n")
+    dropped = load_site(str(path))
+    probe = probe_site(dropped)
+    assert probe.get("thread_level") == "SERIALIZED", probe
+    [error] = [f for f in findings(dropped, probe) if "MPI_THREAD" in f.text]
+    assert error.level == "error"
+    assert "MPI grants MPI_THREAD_SERIALIZED" in error.text and "MPICH_MAX_THREAD_SAFETY: multiple" in error.text
+
+
+@pytest.mark.parametrize("site_name", ["polaris", "perlmutter_gpu", "perlmutter", "theta", "local_slurm"])
+def test_batch_jobs_set_the_sites_variables_after_its_modules(site_name):
+    """What the site file sets, and this environment's bin/ first on PATH, come after every module
+    and worker_init line, so that no module (ALCF's conda, NERSC's pytorch) overrides them; no
+    line activates another environment."""
+    from orchestrator.mpi.env import batch_environment, env_bin_dir
+
+    site = load_site(site_name)
+    lines = batch_environment(site)
+    setup = [i for i, x in enumerate(lines) if x.startswith(("module ", "conda ")) or x in site.worker_init]
+    path = lines.index(f"export PATH={env_bin_dir()}:\"$PATH\"")
+    exports = [i for i, x in enumerate(lines) if x.startswith("export ") and not x.startswith("export PATH=")]
+    names = {x.split("=", 1)[0].removeprefix("export ") for x in lines if x.startswith("export ")}
+    assert max(setup, default=-1) < path < min(exports)
+    assert {n for n, _ in site.env} <= names
+    if site.accelerators_per_node:   # the GPU sites: NCCL's plugin and thread level, as the facilities document
+        assert {"NCCL_NET", "NCCL_NET_GDR_LEVEL", "NCCL_CROSS_NIC", "FI_CXI_DISABLE_HOST_REGISTER",
+                "MPICH_MAX_THREAD_SAFETY", "SCALESTUDY_NCCL_PLUGIN"} <= names
+    if site.mpi == "system":
+        assert "MPICH_MAX_THREAD_SAFETY" in names
+    assert not any("bin/activate" in x for x in lines)
+
+
+def test_a_site_turns_its_nccl_plugin_off_and_still_names_it(tmp_path):
+    """nccl_network.enabled: false exports none of its settings (ALCF: the plugin hangs some
+    applications), but names the plugin, so a run that then uses sockets is flagged."""
+    from orchestrator.mpi.env import batch_environment
+    from orchestrator.site.config import site_dir
+
+    text = (site_dir() / "polaris.yaml").read_text().replace("  enabled: true\n", "  enabled: false\n", 1)
+    path = tmp_path / "polaris.yaml"
+    path.write_text(text)
+    lines = batch_environment(load_site(str(path)))
+    assert "export SCALESTUDY_NCCL_PLUGIN='AWS Libfabric'" in lines
+    assert not any(x.startswith(("export NCCL_", "export FI_", "export LD_LIBRARY_PATH")) for x in lines)

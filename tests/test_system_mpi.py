@@ -75,23 +75,30 @@ def test_mpi4py_wheel_runs_on_the_system_library(bare_venv, system_lib, tmp_path
 
 
 def test_check_passes_on_a_venv_without_the_mpich_wheel(bare_venv, system_lib, tmp_path):
-    site = _site(tmp_path, [f"source {bare_venv}/bin/activate", f"export LD_LIBRARY_PATH={system_lib}"])
-    proc = scalestudy("sites", "--check", str(site), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"libmpi:      {SYSTEM_LIBMPICH.resolve()}" in proc.stdout
-    assert "MPI library: MPICH Version: 4.0" in proc.stdout
-    assert f"runs start with {Path('/usr/bin/mpiexec')}" in proc.stdout and "ERROR" not in proc.stdout
+    """Batch jobs run the environment the sweep is launched from (its bin/ first on PATH after the
+    site's set-up); the check of a sweep launched from the bare venv, asked for that environment."""
+    from orchestrator.mpi.env import findings, probe_site, render_check
+    from orchestrator.site.config import load_site
+
+    site = load_site(str(_site(tmp_path, [f"export LD_LIBRARY_PATH={system_lib}"])))
+    probe = probe_site(site, env_bin=str(bare_venv / "bin"))
+    found = findings(site, probe)
+    text = render_check(site, probe, found)
+    assert not any(f.level == "error" for f in found), text
+    assert f"libmpi:      {SYSTEM_LIBMPICH.resolve()}" in text
+    assert "MPI library: MPICH Version: 4.0" in text
+    assert f"runs start with {Path('/usr/bin/mpiexec')}" in text and "ERROR" not in text
 
 
 def test_check_fails_where_the_mpich_wheel_would_shadow_the_machine(system_lib, tmp_path):
-    site = _site(tmp_path, [f"source {BIN}/activate", f"export LD_LIBRARY_PATH={system_lib}"])
+    site = _site(tmp_path, [f"export LD_LIBRARY_PATH={system_lib}"])
     proc = scalestudy("sites", "--check", str(site), cwd=tmp_path, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"ERROR mpi4py loads {(BIN.parent / 'lib' / 'libmpi.so.12').resolve()}" in proc.stdout
     assert "pip uninstall mpich" in proc.stdout
     assert f"WARN  {BIN / 'mpiexec'} comes first on PATH" in proc.stdout
     # pinning the machine's library is the way out when the wheel must stay
-    pinned = _site(tmp_path, [f"source {BIN}/activate", f"export LD_LIBRARY_PATH={system_lib}"],
+    pinned = _site(tmp_path, [f"export LD_LIBRARY_PATH={system_lib}"],
                    extra=f"libmpi: {system_lib}/libmpi.so.12\n")
     proc = scalestudy("sites", "--check", str(pinned), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0 and "MPI library: MPICH Version: 4.0" in proc.stdout, proc.stdout

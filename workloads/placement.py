@@ -8,9 +8,10 @@ built-in loop. Needs neither torch nor MPI.
 The GPU of a rank follows its site's documented rule (``RunSpec.gpu_binding``):
 
 - ``reverse`` (ALCF Polaris, ``set_affinity_gpu_polaris.sh``): ``CUDA_VISIBLE_DEVICES =
-  n - 1 - local_rank % n``, "in reverse order due to topology": cores 0-7 sit next to GPU 3.
-- ``direct`` (NERSC Perlmutter's ``CUDA_VISIBLE_DEVICES=$SLURM_LOCALID`` wrapper, a
-  workstation): ``local_rank % n``.
+  n - 1 - local_rank % n``, "in reverse order due to topology": cores 0-7 sit next to GPU 3;
+  NERSC Perlmutter likewise (its tutorials' ``CUDA_VISIBLE_DEVICES=3,2,1,0`` "to match default
+  CPU affinities from Slurm").
+- ``direct`` (a workstation): ``local_rank % n``.
 - ``none``: nothing set; the rank sees what the launcher gave it.
 """
 

@@ -30,6 +30,7 @@ from .imbalance import DelayInjector
 from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
 from .models import build_model
+from .nccl_network import network_facts
 from .outcome import TrainOutcome, make_outcome, record_step
 from .registry import resolve_data_path
 from .run_folder import STEP_PHASES
@@ -257,6 +258,8 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     if decided:
         outcome.summary["metrics"] = decided
     outcome.summary["data_path_used"] = engine.data_path_label
+    if device.type == "cuda":   # the network NCCL chose, from its log (all ranks have passed a collective)
+        outcome.summary.update(network_facts(run_dir))
     return outcome
 
 

@@ -38,6 +38,7 @@ def status(argv: Sequence[str]) -> int:
         return 0
     _print_counts(columns, rows)
     _print_sweep_drivers(engine, args.study)
+    _print_socket_runs(engine, args.study)
     if not (args.failed or args.runs or args.study):
         return 0
     from results_db import run_rows
@@ -83,6 +84,14 @@ def _print_sweep_drivers(engine, study: str | None) -> None:
                 d.heartbeat_age < HEARTBEAT_STALE_SECONDS else age
             print(f"sweep {d.driver} (study {d.study}): stopped ({why}); {held} left unfinished — "
                   "the same sweep command resumes them")
+
+
+def _print_socket_runs(engine, study: str | None) -> None:
+    """GPU runs whose NCCL fell back to TCP sockets on a site with a network plugin (results_db.nccl)."""
+    from results_db.nccl import socket_runs
+
+    for found in socket_runs(engine, study):
+        print(f"WARNING {found.describe()}")
 
 
 def query(argv: Sequence[str]) -> int:

@@ -21,8 +21,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads.nccl_network import PLUGIN_ENV
+from workloads.site_mpi import SITE_MPI_ENV, thread_multiple_hint
+
 from ..errors import ConfigError
 from ..site.config import SiteConfig
+from ..site.launchers import launch_flags
+from ..site.schedulers import JOB_ID_VARS
 
 PROBE = Path(__file__).with_name("probe.py")
 
@@ -38,18 +43,27 @@ def wheel_libmpi(prefix: str | None = None) -> Path | None:
     return path if path.exists() else None
 
 
-def batch_environment(site: SiteConfig) -> list[str]:
-    """A batch job's set-up lines, in order: files private to the user, this environment's
-    ``bin`` on ``PATH``, the site's variables, its modules, then its ``worker_init``."""
+def batch_environment(site: SiteConfig, env_bin: str | None = None) -> list[str]:
+    """A batch job's set-up lines, in order: files private to the user, the site's modules and
+    ``worker_init``, then what no module may override: this environment's ``bin`` first on
+    ``PATH`` (the sweep's own Python; a facility module such as ALCF's ``conda`` puts its own
+    first), the site's variables, its NCCL network settings, and scalestudy's own."""
     lines = ["umask 077"]   # run folders, logs and results readable by the user only (README)
-    lines.append(f"export PATH={shlex.quote(env_bin_dir())}:\"$PATH\"")
-    lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
-    if site.mpi == "system":
-        lines.append("export SCALESTUDY_SITE_MPI=system")
-        if site.libmpi:
-            lines.append(f"export MPI4PY_LIBMPI={shlex.quote(site.libmpi)}")
     lines.extend(f"module load {shlex.quote(m)}" for m in site.modules)  # validated at load
     lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
+    lines.append(f"export PATH={shlex.quote(env_bin or env_bin_dir())}:\"$PATH\"")
+    lines.extend(f"export {name}={shlex.quote(value)}" for name, value in site.env)  # names validated at load
+    nccl = site.nccl_network
+    if nccl is not None:
+        lines.extend(f"export {name}={shlex.quote(value)}" for name, value in nccl.exports())
+        if nccl.enabled and nccl.library_path:
+            lines.append(f"export LD_LIBRARY_PATH={shlex.quote(':'.join(nccl.library_path))}"
+                         "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+        lines.append(f"export {PLUGIN_ENV}={shlex.quote(nccl.plugin)}")   # declared, even when turned off
+    if site.mpi == "system":
+        lines.append(f"export {SITE_MPI_ENV}=system")
+        if site.libmpi:
+            lines.append(f"export MPI4PY_LIBMPI={shlex.quote(site.libmpi)}")
     return lines
 
 
@@ -103,26 +117,61 @@ class Finding:
     text: str
 
 
-def probe_site(site: SiteConfig, timeout: float = 120) -> dict:
+def probe_site(site: SiteConfig, timeout: float = 120, env_bin: str | None = None) -> dict:
     """Run the probe in the environment the site's batch jobs would have (its set-up lines, in a
-    login shell so that ``module`` exists), or in this one plus the site's variables (local)."""
+    login shell so that ``module`` exists), or in this one plus the site's variables (local); then
+    the MPI thread level it grants (``thread_level``). ``env_bin``: the Python environment's
+    ``bin/`` the jobs run (default: this one's)."""
+    env_bin = env_bin or env_bin_dir()
     launcher = site.mpi_launcher
+    probe_cmd = [os.path.join(env_bin, "python3"), str(PROBE)]
     if not site.scheduler.batch_jobs:
         env = {**os.environ, **dict(site.env)}
-        env["PATH"] = f"{env_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
-        proc = subprocess.run([sys.executable, str(PROBE), launcher, env_bin_dir()], env=env, capture_output=True, text=True,
+        env["PATH"] = f"{env_bin}{os.pathsep}{env.get('PATH', '')}"
+        proc = subprocess.run([*probe_cmd, launcher, env_bin], env=env, capture_output=True, text=True,
                               timeout=timeout)
     else:
-        script = "\n".join([*batch_environment(site),
-                            f"exec python3 {shlex.quote(str(PROBE))} {shlex.quote(launcher)} "
-                            f"{shlex.quote(env_bin_dir())}"])
+        script = "\n".join([*batch_environment(site, env_bin), f"exec {shlex.join([*probe_cmd, launcher, env_bin])}"])
         proc = subprocess.run(["bash", "--login", "-c", script], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
     if proc.returncode != 0 or line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"setup_error": f"the site's set-up failed (exit {proc.returncode}): {tail}"}
-    return json.loads(line)
+    found = json.loads(line)
+    if "mpi4py_error" not in found:
+        found.update(_thread_level(site, found, probe_cmd, env_bin, min(timeout, 60)))
+    return found
+
+
+def _thread_level(site: SiteConfig, p: dict, probe_cmd: list[str], env_bin: str, timeout: float) -> dict:
+    """The thread level MPI_Init_thread(MULTIPLE) is granted: by one rank of the site's launcher
+    inside an allocation (a batch job's id in this environment), else by MPI started alone here."""
+    job = next((os.environ[v] for v in JOB_ID_VARS if os.environ.get(v)), None)
+    launch, how = [], "MPI started alone on this node"
+    where = p.get("launcher_outside_env") if site.mpi == "system" else p.get("launcher_on_path")
+    if job and where:
+        device = "cuda" if site.accelerators_per_node else "cpu"
+        launch = [where, *site.launcher.one_rank()[1:], *site.launcher_options.split(),
+                  *launch_flags(site, 1, 1, device).split()]
+        how = f"one rank through {where} in job {job}"
+    command = [*launch, *probe_cmd, "--thread-level"]
+    try:
+        if site.scheduler.batch_jobs:
+            script = "\n".join([*batch_environment(site, env_bin), f"exec {shlex.join(command)}"])
+            proc = subprocess.run(["bash", "--login", "-c", script], capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        else:
+            env = {**os.environ, **dict(site.env), "PATH": f"{env_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+            proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"thread_level_error": f"MPI did not start within {timeout:.0f} s", "thread_level_how": how}
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if line is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"thread_level_error": f"exit {proc.returncode}: {tail}", "thread_level_how": how}
+    return {**json.loads(line), "thread_level_how": how}
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -167,7 +216,35 @@ def findings(site: SiteConfig, p: dict) -> list[Finding]:
             own = _under(p["libmpi"], p["prefix"])
             out.append(Finding("ok" if own else "warn", f"mpi4py loads {p['libmpi']} ({p.get('mpi_library', '?')})"
                                + ("" if own else ": not this environment's mpich wheel, as mpi: wheel says")))
+    out += _thread_findings(site, p) + _nccl_findings(site, p)
     return out
+
+
+def _thread_findings(site: SiteConfig, p: dict) -> list[Finding]:
+    if p.get("thread_level") == "MULTIPLE":
+        return [Finding("ok", f"MPI grants MPI_THREAD_MULTIPLE ({p.get('thread_level_how')})")]
+    if p.get("thread_level"):
+        hint = thread_multiple_hint({SITE_MPI_ENV: site.mpi})
+        return [Finding("error", f"MPI grants MPI_THREAD_{p['thread_level']} ({p.get('thread_level_how')}), and the "
+                                 f"engine thread and eager-SGD's progress thread need MULTIPLE: {hint}")]
+    if p.get("thread_level_error"):
+        return [Finding("warn", f"the MPI thread level is not known: MPI did not start ({p.get('thread_level_how')}: "
+                                f"{p['thread_level_error']}); run the check inside an allocation")]
+    return []
+
+
+def _nccl_findings(site: SiteConfig, p: dict) -> list[Finding]:
+    nccl = site.nccl_network
+    if nccl is None:
+        return []
+    if not nccl.enabled:
+        return [Finding("warn", f"NCCL's {nccl.plugin} plugin is turned off (nccl_network.enabled: false): GPU runs "
+                                "use NCCL's TCP sockets across nodes, and are flagged")]
+    if p.get("nccl_plugins"):
+        return [Finding("ok", f"NCCL network {nccl.plugin}: {', '.join(p['nccl_plugins'])} on LD_LIBRARY_PATH")]
+    return [Finding("warn", f"NCCL_NET={nccl.plugin!r} forces NCCL's network plugin, and no libnccl-net*.so is on "
+                            "LD_LIBRARY_PATH after the site's set-up: unless the library is found another way, NCCL "
+                            "will refuse to start (set nccl_network.library_path)")]
 
 
 def render_check(site: SiteConfig, p: dict, fs: list[Finding]) -> str:
@@ -180,6 +257,10 @@ def render_check(site: SiteConfig, p: dict, fs: list[Finding]) -> str:
                   f"  libmpi:      {p.get('libmpi') or '-'}",
                   f"  MPI library: {p.get('mpi_library', '-')}",
                   f"  launcher:    {p['launcher_on_path'] or '-'} (first on PATH); "
-                  f"{p['launcher_outside_env'] or '-'} (outside the environment)"]
+                  f"{p['launcher_outside_env'] or '-'} (outside the environment)",
+                  f"  threads:     {p.get('thread_level') or 'not known'} (MPI_Init_thread asked for MULTIPLE)"]
+        if site.nccl_network is not None:
+            lines.append(f"  NCCL plugin: {', '.join(p.get('nccl_plugins') or []) or '-'} (NCCL_NET "
+                         f"{site.nccl_network.plugin!r}{'' if site.nccl_network.enabled else ', turned off'})")
     lines += [f"{marks[f.level]} {f.text}" for f in fs]
     return "\n".join(lines)

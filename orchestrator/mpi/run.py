@@ -25,6 +25,8 @@ from typing import Any
 
 from workloads.failure import FAILURE_FILE
 from workloads.metrics import write_result
+from workloads.nccl_network import network_facts
+from workloads.site_mpi import SITE_MPI_ENV
 from workloads.run_folder import JOB_FILE, LOG_FILE, RESULT_FILE, SPEC_FILE, STARTED_FILE, result_file
 from workloads.spec import RunSpec
 
@@ -32,6 +34,7 @@ from ..driver_timing import timed
 from ..errors import ConfigError, RunFailed
 from ..site.launchers import fix_prefix
 from ..site.schedulers import JOB_ID_VARS
+from .run_env import run_environment
 
 KILL_GRACE_SECONDS = 10.0
 
@@ -170,13 +173,15 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     env["OMP_NUM_THREADS"] = str(spec.threads_per_worker)
     env["SCALESTUDY_ATTEMPT"] = uuid.uuid4().hex[:12]
     env["SCALESTUDY_LAUNCH_DIR"] = os.getcwd()
+    # what this run needs that no module may override: MPICH_GPU_SUPPORT_ENABLED for its data path, NCCL's log
+    env.update(run_environment(spec, run_dir, env))
     bin_dir = str(Path(sys.executable).parent)
     if getattr(_thread_launch, "prefix", None):
-        # a local run: the environment's bin/ first, as a batch job's worker_init puts it, so that
+        # a local run: the environment's bin/ first, as a batch job's set-up puts it, so that
         # its mpiexec starts the ranks and the `python` a command names is this one
         if env.get("PATH", "").split(os.pathsep)[0] != bin_dir:
             env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    elif env.get("SCALESTUDY_SITE_MPI") == "system":
+    elif env.get(SITE_MPI_ENV) == "system":
         # the machine's launcher, never the venv's (whose bin/ activation put first on PATH)
         from .env import resolve_launcher
 
@@ -185,7 +190,7 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         except FileNotFoundError as exc:
             raise ConfigError("site.mpi", "system", str(exc)) from None
     elif shutil.which(cmd[0], path=env.get("PATH")) is None:
-        # in a batch job the site's worker_init has set PATH (its own launcher may come first); only
+        # in a batch job the site's set-up has set PATH (this environment's bin/ first); only
         # a launcher found nowhere is looked for in the environment's bin/
         env["PATH"] = f"{env.get('PATH', '')}{os.pathsep}{bin_dir}"
     for stale in (RESULT_FILE, JOB_FILE, FAILURE_FILE):
@@ -207,7 +212,10 @@ def execute_run(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     if spec.workload_kind == "command":
         from workloads.command import summarize
 
-        write_result(run_dir, summarize(spec, run_dir, code, wall, launcher_log=run_dir / LOG_FILE))
+        summary = summarize(spec, run_dir, code, wall, launcher_log=run_dir / LOG_FILE)
+        if spec.device == "cuda":   # the network NCCL logged, if the user's program used NCCL
+            summary = {**summary, **network_facts(run_dir, env)}
+        write_result(run_dir, summary)
     elif code != 0 or not result_path.is_file():
         raise RunFailed(
             f"run in {run_dir} failed: {cmd[0]} exited with {code}; "

@@ -4,7 +4,7 @@
 of every value that reaches a shell; ``schedulers`` and ``launchers`` hold what each
 scheduler and MPI launcher means, one class each in a table; ``queues`` the facility's
 queue table; ``allocation`` which batch jobs a sweep asks for; ``network`` the interconnect
-for predictions; ``model_inputs`` the site as the performance model sees it.
+for predictions; ``nccl`` NCCL's network plugin and its settings; ``model_inputs`` the site as the performance model sees it.
 """
 
 from .config import SiteConfig, known_sites, load_site, with_overrides

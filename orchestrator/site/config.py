@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from .checks import (NAME_RE, PATH_RE, as_list, check_command, check_directive, check_env,
                      check_flags, check_module, check_name, check_walltime, positive_int, walltime_seconds)
 from .launchers import MPI_LAUNCHERS, MpiLauncher, launcher_of
+from .nccl import NcclNetwork, parse_nccl_network
 from .network import NetworkSpec, parse_network
 from .queues import QueueLimits, parse_queues
 from .schedulers import SCHEDULERS, Scheduler
@@ -78,6 +79,10 @@ class SiteConfig:
     # Polaris' topology), none (the launcher binds)
     gpu_binding: str = "direct"
     network: NetworkSpec | None = None   # interconnect, for model predict (site_network.py)
+    # NCCL's network plugin and its settings, exported after the modules (nccl.py); None: NCCL's defaults
+    nccl_network: NcclNetwork | None = None
+    # start the batch script as a login shell (#!/bin/bash -l), as the facility's own examples do
+    login_shell: bool = False
 
     @property
     def queue(self) -> str:
@@ -151,6 +156,7 @@ def _check_machine(raw: dict[str, Any], path: Path) -> None:
         raise ConfigError("site.gpu_binding", raw["gpu_binding"], f"expected {', '.join(GPU_BINDINGS)} (which GPU "
                           "a node's k-th rank owns: k, n-1-k, or whatever the launcher gives it)")
     raw["network"] = parse_network(raw.get("network"))
+    raw["nccl_network"] = parse_nccl_network(raw.get("nccl_network"))
     for key in ("cores_per_node", "max_nodes", "max_concurrent_runs", "threads_per_core"):
         if key in raw:
             positive_int(f"site.{key}", raw[key])
@@ -162,7 +168,7 @@ def _check_machine(raw: dict[str, Any], path: Path) -> None:
         raw["allocation"], raw["allocation_nodes"] = check_allocation(
             "site.", raw.get("allocation", "per_size"), raw.get("allocation_nodes", 0), raw["provider"],
             raw.get("max_nodes"), path.stem)
-    for key in ("oversubscribe", "shared_host"):
+    for key in ("oversubscribe", "shared_host", "login_shell"):
         if key in raw and not isinstance(raw[key], bool):
             raise ConfigError(f"site.{key}", raw[key], "expected true or false")
     if "description" in raw and not isinstance(raw["description"], str):
@@ -184,7 +190,15 @@ def _check_batch_settings(raw: dict[str, Any], path: Path) -> None:
         raw["launcher_options"] = check_flags("site.launcher_options", raw["launcher_options"] or "")
     raw["worker_init"] = tuple(check_command("site.worker_init", c) for c in as_list("site.worker_init",
                                                                                     raw.get("worker_init")))
+    for command in raw["worker_init"]:
+        check_no_second_environment(command)
     raw["env"] = check_env("site.env", raw.get("env"))
+    nccl = raw.get("nccl_network")
+    if nccl is not None:
+        both = sorted({name for name, _ in raw["env"]} & {"NCCL_NET", "LD_LIBRARY_PATH", *(n for n, _ in nccl.env)})
+        if both:
+            raise ConfigError(f"site.env.{both[0]}", dict(raw["env"])[both[0]], "also set by nccl_network: give it "
+                              "in one place")
     raw["mpi"] = raw.get("mpi", "wheel")
     if raw["mpi"] not in MPI_KINDS:
         raise ConfigError("site.mpi", raw["mpi"], "expected wheel (this environment's mpich wheel) or system "
@@ -206,6 +220,18 @@ def _check_queues(raw: dict[str, Any], path: Path) -> None:
     if raw["queues"] and raw.get("partition") and not any(q.name == raw["partition"] for q in raw["queues"]):
         raise ConfigError("site.queue", raw["partition"], f"not in the queue table of {path.name}; known: "
                           f"{', '.join(q.name for q in raw['queues'])}")
+
+
+def check_no_second_environment(command: str) -> None:
+    """A batch job runs the Python environment the sweep was launched from (its ``bin/`` first on
+    ``PATH``, the worker started by that interpreter's path), so a ``worker_init`` that activates
+    another one would only make ``python`` on ``PATH`` disagree with the ranks' interpreter."""
+    words = command.split()
+    if (len(words) == 2 and words[0] in ("source", ".") and words[1].endswith("/bin/activate")) or \
+            (words[:2] == ["conda", "activate"] and words[2:] not in ([], ["base"])):
+        raise ConfigError("site.worker_init", command, "activates a second Python environment: batch jobs run the "
+                          "one the sweep is launched from (its bin/ first on PATH, after worker_init); drop the "
+                          "line and launch scalestudy from that environment")
 
 
 def load_site(name: str) -> SiteConfig:

@@ -50,6 +50,10 @@ class MpiLauncher:
         """Flags that end the whole MPI job when one rank fails."""
         return ""
 
+    def one_rank(self) -> list[str]:
+        """The launcher and its flags for one rank on one node (``sites --check`` inside an allocation)."""
+        return [self.name, "-n", "1"]
+
     def fix_prefix(self, words: list[str]) -> list[str]:
         """Parsl's ``$PARSL_MPI_PREFIX`` as this launcher takes it."""
         return words
@@ -73,6 +77,9 @@ class PalsMpiexec(MpiLauncher):
     def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
         depth = max(threads_per_rank, gpu_rank_cores(site, ranks_per_node)) if gpu else threads_per_rank
         return f"--depth={depth} --cpu-bind=depth"
+
+    def one_rank(self) -> list[str]:
+        return [self.name, "-n", "1", "-ppn", "1"]
 
     # GPUs: none to add. "The Cray MPI on Polaris does not currently support binding MPI ranks to
     # GPUs" (ALCF, Using GPUs on Polaris): its affinity script sets CUDA_VISIBLE_DEVICES per local
@@ -100,6 +107,9 @@ class Srun(MpiLauncher):
         # issue"). Each rank takes its own GPU from the list (workloads.placement).
         return f"--gpus-per-node={site.accelerators_per_node} --gpu-bind=none"
 
+    def one_rank(self) -> list[str]:
+        return [self.name, "--ntasks", "1", "--ntasks-per-node", "1", "--nodes", "1"]
+
     def failure_flags(self) -> str:
         # srun otherwise lets the other ranks run on: after a rank dies in MPI_Init they spin
         # there until the job's walltime
@@ -115,6 +125,9 @@ class Aprun(MpiLauncher):
     def binding_flags(self, site: SiteConfig, threads_per_rank: int, ranks_per_node: int, gpu: bool = False) -> str:
         j = hardware_threads_per_core(site, threads_per_rank * ranks_per_node)
         return f"-d {-(-threads_per_rank // j) * j} -cc depth -j {j}"
+
+    def one_rank(self) -> list[str]:
+        return [self.name, "-n", "1", "-N", "1"]
 
     def fix_prefix(self, words: list[str]) -> list[str]:
         """Parsl writes ``aprun ... -node-list nid03835,nid03836``; Cray's aprun places on given

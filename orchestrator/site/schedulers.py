@@ -29,10 +29,15 @@ class Scheduler:
     job_id_var: ClassVar[str] = ""             # where a batch job's processes find its id
     submitted_reply: ClassVar[str] = ""        # what its submit command prints (for the dry run)
     mpiexec: ClassVar[str] = "mpiexec"         # the flavour of mpiexec its machines have (launchers.py)
+    # whether its batch script can start as a login shell (site login_shell: #!/bin/bash -l)
+    login_shell: ClassVar[bool] = False
 
     def check_site(self, raw: dict[str, Any], file_name: str) -> None:
         """Refuse what a site file of this scheduler may not say (``raw``: the file's values;
         normalised in place)."""
+        if raw.get("login_shell") and not self.login_shell:
+            raise ConfigError("site.login_shell", True, f"the {self.name} batch script here starts with Parsl's "
+                              "#!/bin/bash; only PBS Pro's can be a login shell")
         if raw.get("select_options"):
             raise ConfigError("site.select_options", raw["select_options"], "expected PBS Pro select resources "
                               "like system=polaris")
@@ -75,8 +80,12 @@ class Slurm(Scheduler):
     submitted_reply = "Submitted batch job 0"
 
     def directives(self, site: SiteConfig) -> list[str]:
-        # --no-requeue: a job killed with its node fails the task (Parsl retries) instead of hanging in requeue
-        return [f"{self.directive} {d}" for d in ("--no-requeue", *site.scheduler_options)]
+        # --no-requeue: a job killed with its node fails the task (Parsl retries) instead of hanging in requeue.
+        # A GPU node's GPUs are the job's only when it asks for them: every NERSC GPU example has
+        # "#SBATCH --gpus-per-node=4" (or --gpus-per-task); an srun --gpus-per-node inside a job that
+        # holds none has none to give
+        gpus = (f"--gpus-per-node={site.accelerators_per_node}",) if site.accelerators_per_node else ()
+        return [f"{self.directive} {d}" for d in ("--no-requeue", *gpus, *site.scheduler_options)]
 
     def provider(self, site: SiteConfig, nodes: int, worker_init: str):
         from parsl.launchers import SimpleLauncher
@@ -96,6 +105,7 @@ class PbsPro(Scheduler):
     job_id_var = "PBS_JOBID"
     submitted_reply = "0.dry-run"
     mpiexec = "pals"   # HPE Cray PALS (Polaris, Aurora)
+    login_shell = True
 
     def check_site(self, raw: dict[str, Any], file_name: str) -> None:
         value = raw.get("select_options")
@@ -108,11 +118,16 @@ class PbsPro(Scheduler):
         from parsl.launchers import SimpleLauncher
         from parsl.providers import PBSProProvider
 
-        return PBSProProvider(account=site.account or None, queue=site.partition or None,
-                              scheduler_options="\n".join(self.directives(site)), select_options=site.select_options,
-                              worker_init=worker_init, nodes_per_block=nodes, cpus_per_node=site.cores_per_node,
-                              init_blocks=0, min_blocks=0, max_blocks=1, walltime=site.walltime,
-                              launcher=SimpleLauncher(), cmd_timeout=60)
+        provider = PBSProProvider(account=site.account or None, queue=site.partition or None,
+                                  scheduler_options="\n".join(self.directives(site)),
+                                  select_options=site.select_options, worker_init=worker_init, nodes_per_block=nodes,
+                                  cpus_per_node=site.cores_per_node, init_blocks=0, min_blocks=0, max_blocks=1,
+                                  walltime=site.walltime, launcher=SimpleLauncher(), cmd_timeout=60)
+        if site.login_shell:   # the provider's own script template (a public attribute), first line only
+            first, rest = provider.template_string.split("\n", 1)
+            if first.startswith("#!") and not first.rstrip().endswith(" -l"):
+                provider.template_string = f"{first.rstrip()} -l\n{rest}"
+        return provider
 
 
 class Cobalt(Scheduler):

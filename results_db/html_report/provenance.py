@@ -18,10 +18,11 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from .. import query
+from ..nccl import SocketRuns, socket_runs
 from ..store import safe_url
 
 _COLUMNS = ["run_id", "status", "site", "git_commit", "git_dirty", "environment", "versions", "job_id", "hosts",
-            "device", "gpu_model", "gpus", "data_path_used"]
+            "device", "gpu_model", "gpus", "data_path_used", "nccl_network"]
 _JOB_IDS_SHOWN = 40
 
 
@@ -37,6 +38,7 @@ class Provenance:
     hosts: list[str] = field(default_factory=list)
     job_ids: list[str] = field(default_factory=list)
     job_ids_more: int = 0
+    warnings: list[str] = field(default_factory=list)    # what makes some runs' numbers not the machine's
 
 
 def _versions(values) -> str:
@@ -80,6 +82,14 @@ def collect(engine: Engine, study: str, db_url: str, where=None) -> Provenance:
     used = [u for u in runs["data_path_used"].dropna()] if "data_path_used" in runs else []
     if used:
         prov.packages.append(("data path", _versions(used), "workload (compute nodes)"))
+    networks = [n for n in runs["nccl_network"].dropna()] if "nccl_network" in runs else []
+    if networks:
+        prov.packages.append(("NCCL network", _versions(networks), "workload (compute nodes, NCCL's log)"))
+    selected = set(int(i) for i in runs["run_id"])
+    for found in socket_runs(engine, study):
+        ids = tuple(i for i in found.run_ids if i in selected)
+        if ids:
+            prov.warnings.append(SocketRuns(found.study, found.plugin, ids).describe())
     prov.hosts = sorted({h for hosts in runs["hosts"].dropna() for h in str(hosts).split(",") if h})
     logins = sorted({e["login_host"] for e in env if e.get("login_host")})
     if logins:
