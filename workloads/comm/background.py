@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from ..site_mpi import thread_multiple_hint
 from .data_path import DataPath, Device, HostMPI, Transfer
 from .fused_allreduce import FusedAllreduce
 from .fusion import plan_fusion
@@ -58,7 +59,7 @@ def require_thread_multiple(what: str) -> None:
         raise RuntimeError(
             f"{what} runs MPI from a background thread and needs MPI_THREAD_MULTIPLE, but this MPI library "
             f"({MPI.Get_library_version().splitlines()[0].strip()}) provides MPI_THREAD_{names.get(level, level)}; "
-            "use an MPI built with thread support (e.g. the mpich wheel)"
+            + thread_multiple_hint()
         )
 
 
