@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py [--steps 10] [--repeats 5] [--out gpu_check.json]
     python benchmarks/gpu_check.py --device cpu     # the same flow on the CPU: checks this script only
+    python benchmarks/gpu_check.py --system-mpi [--launcher srun]   # Polaris [Perlmutter], in a job
 
 Run it on a GPU node, in scalestudy's environment with a CUDA build of torch; it starts each case
 with this environment's mpiexec, as the local sites do. Every line says what it compared; exit
@@ -71,12 +72,36 @@ def _mpiexec() -> str:
     return found
 
 
+# set by main(): "mpiexec" or "srun" (Perlmutter), and whether the MPI is the machine's (a Cray)
+LAUNCH = {"launcher": "mpiexec", "system_mpi": False}
+
+
+def case_environment(spec: RunSpec, folder: Path) -> dict[str, str]:
+    """The environment a sweep's run of ``spec`` gets (orchestrator.mpi.run_env): on a Cray,
+    MPICH_GPU_SUPPORT_ENABLED as the data path needs (the facility's modules leave it at 1, and
+    Cray MPICH then aborts a process without GTL), GTL preloaded for CUDA-aware MPI; NCCL's
+    network log into the case's folder. ``ConfigError`` where the node lacks what the path needs."""
+    from orchestrator.mpi.run_env import run_environment
+    from workloads.site_mpi import SITE_MPI_ENV
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads_per_worker)}
+    if LAUNCH["system_mpi"]:
+        env[SITE_MPI_ENV] = "system"
+    return {**env, **run_environment(spec, folder, env)}
+
+
+def _command(ranks: int) -> list[str]:
+    if LAUNCH["launcher"] == "srun":
+        return ["srun", "-n", str(ranks), "--ntasks-per-node", str(ranks)]
+    return [_mpiexec(), "-n", str(ranks)]
+
+
 def _launch(spec: RunSpec, folder: Path, program: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
     folder.mkdir(parents=True, exist_ok=True)
     spec.save(folder / "spec.json")
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads_per_worker)}
+    env = case_environment(spec, folder)
     t0 = time.monotonic()
-    proc = subprocess.run([_mpiexec(), "-n", str(spec.world_size), sys.executable, *program],
+    proc = subprocess.run([*_command(spec.world_size), sys.executable, *program],
                           capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
     return proc, time.monotonic() - t0
 
@@ -162,22 +187,36 @@ def compare(case: str, gpu: dict, cpu: dict, tolerance: float) -> tuple[bool, st
                 f"(tolerance {tolerance:.0%}); data path {gpu['data_path_used']}")
 
 
-def cuda_aware_mpi() -> tuple[bool, str]:
-    """Whether this MPI takes device pointers (MPIX_Query_cuda_support, where the MPI has it)."""
-    from mpi4py import MPI
+QUERY_CUDA_SUPPORT = """
+from mpi4py import MPI
+query = getattr(MPI, "Query_cuda_support", None)
+print("yes" if query is not None and query() else "no" if query is not None else "unknown",
+      MPI.Get_library_version().splitlines()[0].strip())
+"""
 
-    query = getattr(MPI, "Query_cuda_support", None)
-    if query is None:
-        return False, f"mpi4py {__import__('mpi4py').__version__} cannot ask this MPI (no Query_cuda_support)"
+
+def cuda_aware_mpi(work: Path) -> tuple[bool, str]:
+    """Whether this MPI takes device pointers (MPIX_Query_cuda_support), asked by one rank started
+    as a cuda_aware_mpi run would be (never in this process: on a Cray, MPI_Init with GPU support
+    on and no GTL aborts)."""
+    from orchestrator.errors import ConfigError
+
+    folder = work / "cuda-aware-query"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = base("cuda", algorithm="sync", data_path="cuda_aware_mpi")
     try:
-        ok = bool(query())
-    except Exception as exc:  # an MPI without the MPIX extension
-        return False, f"this MPI cannot say ({type(exc).__name__})"
-    library = MPI.Get_library_version().splitlines()[0].strip()
-    return ok, f"{library} {'is' if ok else 'is not'} CUDA-aware"
+        env = case_environment(spec, folder)
+    except ConfigError as exc:
+        return False, exc.reason
+    proc = subprocess.run([*_command(1), sys.executable, "-c", QUERY_CUDA_SUPPORT], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=REPO)
+    answer, _, library = proc.stdout.strip().partition(" ")
+    if proc.returncode != 0 or answer not in ("yes", "no"):
+        return False, f"this MPI cannot say ({_error(proc) if proc.returncode else 'no MPIX_Query_cuda_support'})"
+    return answer == "yes", f"{library} {'is' if answer == 'yes' else 'is not'} CUDA-aware"
 
 
-def agreement_cases(device: str, gpus: int) -> tuple[list[tuple[str, dict, int]], list[str]]:
+def agreement_cases(device: str, gpus: int, work: Path | None = None) -> tuple[list[tuple[str, dict, int]], list[str]]:
     """(case, spec fields, ranks) for part 1, and lines for what was left out and why."""
     cases, skipped = [], []
     ranks = min(gpus, 4) if device == "cuda" else 2
@@ -193,7 +232,7 @@ def agreement_cases(device: str, gpus: int) -> tuple[list[tuple[str, dict, int]]
         skipped.append("skip sync over NCCL and ddp at several ranks: this node has one GPU and NCCL refuses "
                        "two ranks on one GPU")
     if device == "cuda":
-        aware, why = cuda_aware_mpi()
+        aware, why = cuda_aware_mpi(work) if work is not None else (False, "not asked")
         if aware:
             n = ranks if gpus >= 2 else 2
             cases.append((f"sync, {n} ranks, CUDA-aware MPI", dict(common, data_path="cuda_aware_mpi",
@@ -212,7 +251,7 @@ def agreement_cases(device: str, gpus: int) -> tuple[list[tuple[str, dict, int]]
 
 def agreement(device: str, gpus: int, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
     lines, records, ok_all = [], [], True
-    cases, skipped = agreement_cases(device, gpus)
+    cases, skipped = agreement_cases(device, gpus, work)
     lines += skipped
     references: dict[int, dict] = {}
     tolerance = AGREEMENT[device]
@@ -330,7 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-losses", action="store_true", help="leave out part 3 (every algorithm against the CPU)")
     parser.add_argument("--out", type=Path, default=None, help="also write every number as JSON here")
+    parser.add_argument("--launcher", choices=("mpiexec", "srun"), default="mpiexec",
+                        help="how to start each case's ranks: this environment's mpiexec (Polaris: PALS' mpiexec "
+                             "once the modules are loaded), or srun (Perlmutter)")
+    parser.add_argument("--system-mpi", action="store_true",
+                        help="the MPI is the machine's (Cray MPICH): set MPICH_GPU_SUPPORT_ENABLED per data path as a "
+                             "sweep's runs do (Polaris, Perlmutter)")
     args = parser.parse_args(argv)
+    LAUNCH.update(launcher=args.launcher, system_mpi=args.system_mpi)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():

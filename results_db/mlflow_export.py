@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import urllib.error
-import uuid
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -43,6 +44,7 @@ EXPERIMENT_PREFIX = "scalestudy/"
 RUN_KEY_TAG, ATTEMPT_TAG = "scalestudy.run_key", "scalestudy.attempt"
 COMPLETE_TAG = "scalestudy.complete"   # set last: a run without it was cut off mid-export, and is redone
 EXPORT_TAG = "scalestudy.export"       # set at creation: the export that owns the run (the only one to delete it)
+COMPLETED_TAG = "scalestudy.completed_ns"   # set with COMPLETE_TAG: which of two exports' copies came first
 UNFINISHED = ("pending", "running")
 STATUS = {"done": "FINISHED", "cancelled": "KILLED"}      # everything else that ended: FAILED
 PARAM_COLUMNS = tuple(f.name for f in FIELDS if f.identity and f.column and f.name not in ("params", "command")) + (
@@ -214,9 +216,10 @@ def export_study(engine: Engine, study: str, tracking_uri: str, progress=None) -
     todo = ended[[(str(k), str(int(a))) not in seen for k, a in zip(ended["run_key"], ended["attempt"])]]
     history = _rank0_history(engine, [int(i) for i in todo["run_id"]])
     export_id = uuid.uuid4().hex
+    added = 0
     for n, (_, run) in enumerate(todo.iterrows(), 1):
         try:
-            _send_run(client, experiment_id, run, history.get(int(run["run_id"])), export_id)
+            added += _send_run(client, experiment_id, run, history.get(int(run["run_id"])), export_id)
         except BaseException as exc:   # a refused value, a lost store, Ctrl-C: our half-written run goes
             _discard_own(client, experiment_id, export_id)
             if not isinstance(exc, Exception):
@@ -225,12 +228,13 @@ def export_study(engine: Engine, study: str, tracking_uri: str, progress=None) -
                               f"({n - 1} run(s) of {len(todo)} sent; exporting again resumes)") from None
         if progress:
             progress(n, len(todo))
-    return Exported(name, len(todo), len(ended) - len(todo), len(runs) - len(ended), half_written)
+    return Exported(name, added, len(ended) - added, len(runs) - len(ended), half_written)
 
 
-def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame | None, export_id: str) -> None:
-    """One finished attempt as an MLflow run, tagged complete only once all of it is in."""
-    from mlflow.entities import Metric, Param, RunStatus
+def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame | None, export_id: str) -> bool:
+    """One finished attempt as an MLflow run, tagged complete only once all of it is in; whether
+    it stayed (False: another export's copy of the same attempt was complete first)."""
+    from mlflow.entities import Metric, Param, RunStatus, RunTag
 
     if history is None:
         history = pd.DataFrame(columns=["step", "loss", "step_seconds"])
@@ -248,4 +252,20 @@ def _send_run(client, experiment_id: str, run: pd.Series, history: pd.DataFrame 
         client.log_batch(made.info.run_id, metrics=chunk)
     client.set_terminated(made.info.run_id, status=RunStatus.to_string(
         getattr(RunStatus, STATUS.get(str(run["status"]), "FAILED"))), end_time=finished)
-    client.set_tag(made.info.run_id, COMPLETE_TAG, "true")
+    client.log_batch(made.info.run_id, tags=[RunTag(COMPLETE_TAG, "true"), RunTag(COMPLETED_TAG, str(time.time_ns()))])
+    return _keep_first(client, experiment_id, tags[RUN_KEY_TAG], tags[ATTEMPT_TAG], made.info.run_id)
+
+
+def _keep_first(client, experiment_id: str, run_key: str, attempt: str, own: str) -> bool:
+    """Two exports running at once can each send the same attempt. Of the complete copies, the
+    first completed (then the smaller run id) stays; each export deletes only its own copy, and
+    only when another complete one came first, so exactly one stays whichever checks first (a
+    copy completed after this check carries a later stamp and deletes itself; the stamps are
+    the exporting hosts' clocks)."""
+    where = (f"tags.`{RUN_KEY_TAG}` = '{run_key}' and tags.`{ATTEMPT_TAG}` = '{attempt}' "
+             f"and tags.`{COMPLETE_TAG}` = 'true'")
+    copies = [(int(r.data.tags.get(COMPLETED_TAG, "0")), r.info.run_id) for r in _runs_of(client, experiment_id, where)]
+    if not copies or min(copies)[1] == own:
+        return True
+    client.delete_run(own)
+    return False

@@ -34,7 +34,9 @@ class SocketRuns:
 def socket_runs(engine: Engine, study: str | None = None) -> list[SocketRuns]:
     """Per study and plugin, the latest attempts that logged NCCL's socket network on a site with a plugin."""
     stmt = (select(Study.name, Run.id, Run.nccl_network, Run.nccl_plugin).join(Study, Run.study_id == Study.id)
-            .where(Run.latest.is_(True), Run.nccl_plugin.is_not(None), Run.nccl_network.contains(SOCKET))
+            # one node: NCCL logs its network at start-up, but NVLink and shared memory carry the data
+            .where(Run.latest.is_(True), Run.nodes > 1, Run.nccl_plugin.is_not(None),
+                   Run.nccl_network.contains(SOCKET))
             .order_by(Study.name, Run.id))
     if study:
         stmt = stmt.where(Study.name == study)

@@ -11,6 +11,7 @@ and MPI. On the code before the issue order was fixed, the first host-staging ca
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -33,7 +34,9 @@ def test_every_data_path_sums_like_mpi_allreduce_under_late_copies(ranks, seeds)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert f"OK {ranks} ranks" in proc.stdout
     # the stand-in really delayed copies that the engine polled, with several groups a step
-    assert "polls that found a copy not done" in proc.stdout
+    counts = re.search(r"stand-in: (\d+) late copies, (\d+) polls that found a copy not done; (\d+) steps with "
+                       r"several fused groups", proc.stdout)
+    assert counts and all(int(n) > 0 for n in counts.groups()), proc.stdout
 
 
 COMMON = dict(epochs=1, steps_per_epoch=6, lr=0.1, momentum=0.9, seed=4, model="small_cnn",
@@ -66,9 +69,10 @@ def test_every_algorithm_trains_the_same_weights_under_late_copies(tmp_path, ref
                            fusion_threshold_mb=0.01, **extra)
     assert np.array_equal(weights[0], weights[1]), "the ranks' weights differ"
     np.testing.assert_allclose(weights[0], reference[0], rtol=0, atol=1e-5)
-    if data_path in ("host_staging", "cuda_aware_mpi"):   # the stand-in was in the path
-        assert sum(m["late_copies"] for m in made) > 0 or data_path == "cuda_aware_mpi"
-        assert sum(m["devices"] for m in made) >= 2
+    if data_path == "host_staging":   # the stand-in's copies were in the path
+        assert sum(m["late_copies"] for m in made) > 0
+    if data_path == "cuda_aware_mpi":   # the producing stream's late events held collectives back
+        assert sum(m["late_reads"] for m in made) > 0
 
 
 def test_the_parameter_server_trains_under_late_copies(tmp_path):

@@ -373,11 +373,13 @@ def test_the_network_nccl_used_is_recorded_and_a_socket_run_flagged(tmp_path):
     engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
     site_env = {PLUGIN_ENV: "AWS Libfabric"}   # what the polaris batch job exports
     ids = {}
-    for name, logs in (("socket", [NCCL_SOCKET, NCCL_SOCKET.replace("[0]", "[1]")]), ("plugin", [NCCL_PLUGIN]),
-                       ("mixed", [NCCL_PLUGIN, NCCL_SOCKET])):
+    # one node: NCCL logs sockets at start-up but moves the data over NVLink: not flagged
+    for name, logs, nodes in (("socket", [NCCL_SOCKET, NCCL_SOCKET.replace("[0]", "[1]")], 2),
+                              ("plugin", [NCCL_PLUGIN], 2), ("mixed", [NCCL_PLUGIN, NCCL_SOCKET], 2),
+                              ("one-node", [NCCL_SOCKET, NCCL_SOCKET.replace("[0]", "[1]")], 1)):
         run_dir = tmp_path / name
         (run_dir / LOG_DIR).mkdir(parents=True)
-        spec = RunSpec(study="nets", site="polaris", nodes=2, workers_per_node=1, device="cuda",
+        spec = RunSpec(study="nets", site="polaris", nodes=nodes, workers_per_node=2 // nodes, device="cuda",
                        gpu_binding="reverse", gpus_per_node=4, seed=len(ids))
         spec.save(run_dir / "spec.json")
         for rank, line in enumerate(logs):   # NCCL's debug file of each process (NCCL_DEBUG_FILE=...%h.%p.log)
@@ -399,7 +401,7 @@ def test_the_network_nccl_used_is_recorded_and_a_socket_run_flagged(tmp_path):
     with Session(engine) as s:
         stored = {r.run_key: (r.nccl_network, r.nccl_plugin) for r in s.query(Run)}
     assert stored == {"socket": ("Socket", "AWS Libfabric"), "plugin": ("AWS Libfabric", "AWS Libfabric"),
-                      "mixed": ("AWS Libfabric,Socket", "AWS Libfabric")}
+                      "mixed": ("AWS Libfabric,Socket", "AWS Libfabric"), "one-node": ("Socket", "AWS Libfabric")}
     flagged = f"2 GPU run(s) used NCCL over TCP sockets although the site has the AWS Libfabric network plugin " \
               f"(runs {ids['socket']}, {ids['mixed']})"
     proc = scalestudy("status", "--db", f"sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path, timeout=120)

@@ -178,6 +178,42 @@ def test_two_exports_at_once_keep_each_others_runs(tmp_path, monkeypatch):
     assert got["tags.scalestudy.export"].nunique() == 2                 # each run names the export that wrote it
 
 
+def test_two_exports_of_the_same_runs_at_once_leave_one_copy(tmp_path, monkeypatch):
+    """The same study exported twice at once (two terminals): export A is held with its copy of
+    run syn-k0 created but not complete while B sends the same run whole; then A completes its
+    copy. One complete copy stays (B's, complete first); A deletes only its own."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from perf_synthetic import write_study
+    from results_db.mlflow_export import export_study
+
+    engine = connect(f"sqlite:///{tmp_path / 'a.db'}")
+    write_study(engine, "syn", configs=((8, 2),))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    held, go_on = threading.Event(), threading.Event()
+    log_batch = MlflowClient.log_batch
+
+    def holding(self, run_id, *args, **kwargs):
+        if threading.current_thread().name == "export-a" and not held.is_set():
+            held.set()
+            assert go_on.wait(120), "export B never finished"
+        return log_batch(self, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", holding)
+    outcome = {}
+    a = threading.Thread(target=lambda: outcome.setdefault("a", export_study(engine, "syn", uri)), name="export-a")
+    a.start()
+    assert held.wait(120), "export A never reached its first run"
+    b = export_study(engine, "syn", uri)
+    go_on.set()
+    a.join(120)
+    got = _search(uri)
+    assert len(got) == 1 and set(got["tags.scalestudy.complete"]) == {"true"}, got
+    assert b.added == 1 and outcome["a"].added == 0 and outcome["a"].skipped == 1
+
+
 def test_bad_input_is_one_line(study):
     tmp, url, _ = study
     uri = f"sqlite:///{tmp / 'mlflow.db'}"

@@ -49,6 +49,10 @@ def test_the_template_is_a_valid_site(tmp_path):
     (BASE + "shared_host: 'yes'\n", "site.shared_host='yes': expected true or false"),
     (BASE + "max_runs_in_flight: -1\n", "site.max_runs_in_flight=-1: expected an integer >= 0"),
     (BASE + "env: [A, B]\n", "site.env=['A', 'B']: expected a mapping"),
+    (BASE.replace("provider: slurm", "provider: local") + "nccl_network: {plugin: P, source: x}\n",
+     "site.nccl_network='P': needs a batch job"),
+    (BASE + "env: {MPICH_GPU_SUPPORT_ENABLED: 1}\n", "site.env.MPICH_GPU_SUPPORT_ENABLED='1': set by each run as its "
+                                                     "data path needs"),
     (BASE + "env: {'X; id': 1}\n", "site.env.X; id=1: not an environment variable name"),
     (BASE + "env: {X: [1, 2]}\n", "site.env.X=[1, 2]: expected a one-line string or number"),
     (BASE + "env: {X: \"a\\nb\"}\n", "site.env.X='a\\nb': expected a one-line string"),

@@ -49,6 +49,11 @@ def batch_environment(site: SiteConfig, env_bin: str | None = None) -> list[str]
     ``PATH`` (the sweep's own Python; a facility module such as ALCF's ``conda`` puts its own
     first), the site's variables, its NCCL network settings, and scalestudy's own."""
     lines = ["umask 077"]   # run folders, logs and results readable by the user only (README)
+    if site.login_shell:
+        # the facility's examples start #!/bin/bash -l for the login profile (the module command);
+        # Parsl's PBS template also says "#PBS -S /bin/bash", and PBS then runs the script with that
+        # shell, as no login shell: read the profile ourselves where `module` is missing
+        lines.append("type module >/dev/null 2>&1 || . /etc/profile")
     lines.extend(f"module load {shlex.quote(m)}" for m in site.modules)  # validated at load
     lines.extend(site.worker_init)  # validated at load: plain commands, $VAR at most
     lines.append(f"export PATH={shlex.quote(env_bin or env_bin_dir())}:\"$PATH\"")

@@ -101,6 +101,13 @@ class SiteConfig:
         return self.cores_per_node * self.threads_per_core
 
 
+# variables each run sets for itself, after the site's env:, which would override the site's value
+RUN_SET_ENV = {
+    "MPICH_GPU_SUPPORT_ENABLED": "set by each run as its data path needs (0, or 1 with GTL preloaded for "
+                                 "data_path=cuda_aware_mpi): remove it from the site's env:",
+}
+
+
 def site_dir() -> Path:
     return Path(str(resources.files("site_configs")))
 
@@ -193,12 +200,18 @@ def _check_batch_settings(raw: dict[str, Any], path: Path) -> None:
     for command in raw["worker_init"]:
         check_no_second_environment(command)
     raw["env"] = check_env("site.env", raw.get("env"))
+    for name, value in raw["env"]:
+        if name in RUN_SET_ENV:   # each run sets it after the site's env: (orchestrator/mpi/run_env.py)
+            raise ConfigError(f"site.env.{name}", value, RUN_SET_ENV[name])
     nccl = raw.get("nccl_network")
     if nccl is not None:
         both = sorted({name for name, _ in raw["env"]} & {"NCCL_NET", "LD_LIBRARY_PATH", *(n for n, _ in nccl.env)})
         if both:
             raise ConfigError(f"site.env.{both[0]}", dict(raw["env"])[both[0]], "also set by nccl_network: give it "
                               "in one place")
+        if raw["provider"] == "local":   # no batch script: the plugin's settings would go nowhere
+            raise ConfigError("site.nccl_network", nccl.plugin, "needs a batch job (provider slurm, pbspro or "
+                              "cobalt); on a local site set the NCCL variables in your shell")
     raw["mpi"] = raw.get("mpi", "wheel")
     if raw["mpi"] not in MPI_KINDS:
         raise ConfigError("site.mpi", raw["mpi"], "expected wheel (this environment's mpich wheel) or system "
