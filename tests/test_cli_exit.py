@@ -125,29 +125,3 @@ def test_a_database_written_before_the_exit_is_closed_without_wal_files(tmp_path
     import sqlite3
 
     assert sqlite3.connect(tmp_path / "db.sqlite").execute("select x from t").fetchall() == [(1,)]
-
-
-def test_a_sweep_does_not_ask_hydra_for_its_mode(tmp_path):
-    """``Hydra.get_mode`` composes the whole config once more only to read ``hydra.mode``;
-    ``scalestudy sweep`` always runs a multirun. A spy in its place is never called during a
-    sweep (a dry run) and is back in place after it; the sweep still runs as a multirun."""
-    proc = _run(f"""
-        import json
-        from hydra._internal.hydra import Hydra
-        calls = []
-        original = Hydra.get_mode
-
-        def spy(self, *args, **kwargs):
-            calls.append(1)
-            return original(self, *args, **kwargs)
-
-        Hydra.get_mode = spy
-        from orchestrator.cli import main
-        rc = main(["sweep", "--dry-run", "study_name=mode", "nodes=1", "workers_per_node=1", "workload.kind=command",
-                   "workload.command=[echo,hi]", "+params.i=0,1", "hydra.sweep.dir={tmp_path / 'mr'}"])
-        print(json.dumps({{"rc": rc, "calls": len(calls), "restored": Hydra.get_mode is spy}}))
-    """, tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last == '{"rc": 0, "calls": 0, "restored": true}', proc.stdout[-2000:]
-    assert "2 runs of study mode" in proc.stdout, proc.stdout[-2000:]   # both jobs of the multirun

@@ -2,22 +2,28 @@
 executors ``build_parsl_config`` makes for a site) accepts only worker pools holding the
 sweep's CurveZMQ keys, and the results database is created readable by its owner only.
 
-The intruder is a plain ZeroMQ client that sends the interchange exactly what a worker
-pool sends to register. Against an unencrypted interchange (Parsl's ``MPIExecutor``
-default) it is registered as a manager — it would then be sent tasks, and what it sends
-is unpickled by the interchange: the control case, which shows the check can fail."""
+The intruder is Parsl's own worker pool, started with the very command Parsl gives the
+sweep's blocks (the executor's ``launch_cmd``) but holding another pair of keys. Against an
+unencrypted interchange (Parsl's ``MPIExecutor`` default) it registers as a manager — it
+would then be sent tasks, and what it sends is unpickled by the interchange: the control
+case, which shows the check can fail. Before it a pool with the sweep's own keys registers:
+the intruder is given as long as that took, and more. Only Parsl's public parts, so that the test runs
+unchanged on every Parsl release CI tests."""
 
 from __future__ import annotations
 
 import os
-import pickle
-import platform
+import signal
+import socket
 import stat
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import parsl
 import pytest
-import zmq
+from parsl import curvezmq
 
 from orchestrator.pools.parsl_config import build_parsl_config
 from orchestrator.site.queues import plan_batch_jobs
@@ -25,25 +31,34 @@ from orchestrator.site.config import load_site
 from results_db import connect
 
 
-def _intruder_registers(executor) -> bool:
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.IDENTITY, b"intruder-1")
-    sock.connect(f"tcp://127.0.0.1:{executor.worker_port}")
-    sock.send(pickle.dumps({"type": "registration", "python_v": platform.python_version(),
-                            "parsl_v": parsl.__version__, "start_time": time.time(), "block_id": "intruder",
-                            "worker_count": 1, "max_capacity": 1, "uid": "intruder-1"}))
-    try:
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            if any(m.get("block_id") == "intruder" for m in executor.connected_managers()):
-                return True
-            time.sleep(0.2)
-        return False
-    finally:
-        sock.close()
-        ctx.term()
+def _start_pool(executor, tmp_path: Path, name: str, keys: str) -> subprocess.Popen:
+    """Parsl's worker pool, started with the block's launch command as block ``name``, holding
+    ``keys`` ("own": the sweep's; "other": another pair made the same way)."""
+    cmd = executor.launch_cmd.replace("{block_id}", name)
+    if keys == "other" and executor.cert_dir:
+        cmd = cmd.replace(str(executor.cert_dir), curvezmq.create_certificates(tmp_path / name))
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text(f"{socket.gethostname()}\n")
+    env = {**os.environ, "PBS_NODEFILE": str(nodefile),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("SLURM_NODELIST", None)
+    with open(tmp_path / f"{name}.out", "w") as out:
+        return subprocess.Popen(["bash", "-c", f"exec {cmd}"], env=env, cwd=tmp_path, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _registered(executor, name: str) -> bool:
+    return any(str(m.get("block_id")) == name for m in executor.connected_managers())
+
+
+def _wait(predicate, timeout: float) -> float | None:
+    """Seconds until ``predicate()`` held, or None."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    return None
 
 
 @pytest.mark.parametrize("encrypted", [True, False], ids=["as-configured", "control-unencrypted"])
@@ -54,14 +69,27 @@ def test_only_worker_pools_with_the_sweeps_keys_can_register(tmp_path, encrypted
     assert executor.encrypted, "the site's executor must be encrypted"
     executor.encrypted = encrypted   # the control case: what Parsl's MPIExecutor does by default
     dfk = parsl.load(config)
+    pools = []
     try:
         if encrypted:
             mode = stat.S_IMODE(os.stat(executor.cert_dir).st_mode)
             assert mode == 0o700 and str(executor.cert_dir).startswith(str(tmp_path))
             assert os.path.isfile(os.path.join(executor.cert_dir, "client.key_secret"))
-        assert _intruder_registers(executor) is (not encrypted)
+        pools.append(_start_pool(executor, tmp_path, "honest", "own"))
+        took = _wait(lambda: _registered(executor, "honest") or pools[0].poll() is not None, 120)
+        assert took is not None and pools[0].poll() is None, \
+            f"a pool with the sweep's own keys never registered: {(tmp_path / 'honest.out').read_text()[-2000:]}"
+        # then the intruder (one at a time: with two pools starting together, one sometimes never
+        # registered on Parsl 2024.7.8 and 2024.8.5 here), given as long as the honest pool took,
+        # and a margin, to register
+        pools.append(_start_pool(executor, tmp_path, "intruder", "other"))
+        assert (_wait(lambda: _registered(executor, "intruder"), took + 10) is not None) is (not encrypted)
     finally:
+        for pool in pools:
+            os.killpg(pool.pid, signal.SIGKILL)   # the pool and the processes it started
+            pool.wait(10)
         dfk.cleanup()
+        parsl.clear()
 
 
 def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path):

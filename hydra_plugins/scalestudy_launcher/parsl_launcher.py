@@ -1,4 +1,5 @@
-"""Registers ``hydra/launcher=parsl`` with Hydra; the launcher lives in ``orchestrator``.
+"""Registers ``hydra/launcher=parsl`` and ``hydra/sweeper=scalestudy`` with Hydra; both live in
+``orchestrator.sweep``, on Hydra's public Launcher and Sweeper plugin interfaces.
 
 ``hydra_plugins`` is a namespace package (no ``__init__.py`` at its top): Hydra
 imports every module under it at start-up, which stores the config node below.
@@ -7,7 +8,7 @@ empty subclass; all behaviour stays in ``orchestrator.sweep.launcher``.
 """
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -45,24 +46,20 @@ ConfigStore.instance().store(group="hydra/launcher", name="parsl", node=ParslLau
 
 # -- hydra/sweeper=scalestudy ------------------------------------------------------------
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf  # noqa: E402
+from orchestrator.sweep.sweeper import ScalestudySweeper as _ScalestudySweeper  # noqa: E402
 
 
-class ScalestudySweeper(BasicSweeper):
-    """Hydra's basic sweeper, less its composing of every job before launching: the Parsl
-    launcher composes each job itself, all of them before it submits anything, so
-    Hydra's check would only compose every job a second time (a tenth of a second per
-    job; ``benchmarks/bench_overhead.py``). With another launcher it checks as usual."""
-
-    def validate_batch_is_legal(self, batch):  # noqa: D102
-        if isinstance(self.launcher, _launcher.ParslLauncher):
-            return None
-        return super().validate_batch_is_legal(batch)
+class ScalestudySweeper(_ScalestudySweeper):
+    """Hydra's handle on ``orchestrator.sweep.sweeper.ScalestudySweeper``."""
 
 
 @dataclass
-class ScalestudySweeperConf(BasicSweeperConf):
+class ScalestudySweeperConf:
     _target_: str = "hydra_plugins.scalestudy_launcher.parsl_launcher.ScalestudySweeper"
+    # as Hydra's basic sweeper's: jobs launched per batch (None: all in one), and sweep
+    # overrides kept in the config (hydra.sweeper.params), before the command line's
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="scalestudy", node=ScalestudySweeperConf, provider="scalestudy")

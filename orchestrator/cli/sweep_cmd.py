@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from .common import fail
 
@@ -35,6 +34,11 @@ def sweep(argv: Sequence[str]) -> int:
         args.remove(arg)
     if "--detach" in args:
         return detach([a for a in args if a != "--detach"])
+    from ..sweep.versions import untested
+
+    problem = untested("hydra-core")   # Parsl's is checked once the site is known (admission)
+    if problem:
+        return fail(problem)
     full_errors = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
     for flag, override in (("--rerun", "rerun=true"), ("--dry-run", "dry_run=true")):
@@ -68,7 +72,7 @@ def _run_hydra(full_errors: bool) -> int | None:
     outcome.take()   # none left from an earlier sweep of this process
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        with driver_timing.timed("hydra_total"), _multirun_without_asking():
+        with driver_timing.timed("hydra_total"):
             sweep_job()
     except KeyboardInterrupt:
         ended = outcome.take()
@@ -93,30 +97,6 @@ def _run_hydra(full_errors: bool) -> int | None:
         return 2
     driver_timing.write()
     return None
-
-
-@contextmanager
-def _multirun_without_asking() -> Iterator[None]:
-    """Hydra composes the whole config once only to read ``hydra.mode`` from it
-    (``Hydra.get_mode``), then again to run: 0.1-0.15 s of a one-run sweep on this VM. A
-    ``scalestudy sweep`` always runs in multirun mode and its config sets no mode, for which
-    ``get_mode`` answers None (so does any config it cannot compose; the error comes from the
-    second compose); answering None at once leaves Hydra to run the multirun as before. A
-    user's ``hydra.mode=RUN`` is overridden to MULTIRUN either way (Hydra's warning aside)."""
-    try:
-        from hydra._internal.hydra import Hydra
-    except ImportError:
-        yield
-        return
-    original = getattr(Hydra, "get_mode", None)
-    if original is None:   # a Hydra without it: nothing to skip
-        yield
-        return
-    Hydra.get_mode = lambda *_args, **_kwargs: None
-    try:
-        yield
-    finally:
-        Hydra.get_mode = original
 
 
 def _exit_status() -> int:

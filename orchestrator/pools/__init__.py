@@ -6,8 +6,10 @@ futures. ``RunPool`` says what a pool is; ``open_run_pool`` chooses one by the s
 scheduler:
 
 - ``ParslRunPool`` (Slurm, PBS Pro, Cobalt): Parsl's ``MPIExecutor`` on the site's provider
-  (``parsl_config``), Parsl's worker pool patched (``worker_pool``), its interchange tied to
-  the driver's life (``interchange``), and the providers Parsl lacks (``providers``).
+  (``parsl_config``), runs handed to a block only when their nodes are free in it
+  (``placement``), its interchange tied to the driver's life (``interchange``), and the
+  providers Parsl lacks (``providers``). Parsl through its public interfaces only, on the
+  releases ``pyproject.toml`` names (the range CI runs; README, "Supported versions").
 - ``LocalRunPool`` (this host): threads of the driver (``local``).
 """
 
@@ -24,9 +26,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    """The local pool on first use: a batch job's worker pool (``python -m
-    orchestrator.pools.worker_pool``) imports this package first, and should not wait for
-    the site config's imports (Hydra, OmegaConf, YAML: ~0.23 s) before its fork server starts."""
+    """The local pool on first use (the interchange's launcher imports this package, and
+    needs none of the site config's imports: Hydra, OmegaConf, YAML)."""
     if name in ("LocalRunPool", "local_mpiexec_prefix"):
         from . import local
 
@@ -46,6 +47,10 @@ class RunPool(Protocol):
     def ended_batch_jobs(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Which of these batch jobs have ended, with the scheduler's state."""
 
+    def release(self, future: concurrent.futures.Future) -> None:
+        """The launcher no longer waits on this run (its batch job ended under it): what it held
+        in its allocation is free for the runs that wait."""
+
     def close(self) -> None:
         """Every run has ended: release what the pool holds."""
 
@@ -53,17 +58,14 @@ class RunPool(Protocol):
         """The sweep is interrupted: stop what runs; how many runs were stopped."""
 
 
-def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
-                  first_nodes: int | None = None) -> RunPool:
-    """``first_nodes``: the node count of the run submitted first, whose batch job a scheduler
-    pool asks for as it starts."""
+def open_run_pool(site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob]) -> RunPool:
     if not site.scheduler.batch_jobs:
         from .local import LocalRunPool
 
         return LocalRunPool(site, run)
     from .parsl_pool import ParslRunPool   # Parsl: about 1 s of imports a local sweep never pays
 
-    return ParslRunPool(site, run, run_dir, jobs, first_nodes)
+    return ParslRunPool(site, run, run_dir, jobs)
 
 
 __all__ = ["LocalRunPool", "RunPool", "local_mpiexec_prefix", "open_run_pool"]

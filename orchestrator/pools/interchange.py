@@ -4,28 +4,39 @@ Parsl starts its interchange as a plain child process: when the driver is killed
 (SIGKILL, a lost login session) the interchange lives on, keeps the worker pools in
 the batch jobs alive with its heartbeats, and the allocations burn node-hours until
 their walltime. Started through this module the interchange gets SIGTERM from the
-kernel as soon as its parent dies (Linux's parent-death signal, armed before Parsl's
-interchange script runs in this same process); the
-worker pools then lose contact and exit after Parsl's heartbeat threshold, and their
-batch jobs end. A resumed sweep cancels a stopped driver's batch jobs at once.
+kernel as soon as its parent dies (Linux's parent-death signal); the worker pools then
+lose contact and exit after Parsl's heartbeat threshold, and their batch jobs end. A
+resumed sweep cancels a stopped driver's batch jobs at once.
 
-``parsl_config.interchange_launcher`` writes the program Parsl starts in its place.
+Only public parts of Parsl: the executor's ``interchange_launch_cmd`` option names the
+program Parsl starts (``parsl_config.interchange_launcher`` writes one that calls ``main``);
+``main`` arms the signal and then *replaces itself* (``execv``) with Parsl's own
+``interchange.py``, the option's documented default. The signal setting and the ignored
+SIGINT survive the exec (the kernel keeps both for an ordinary program), and the config
+Parsl writes to the program's stdin reaches Parsl's script untouched.
 """
 
 from __future__ import annotations
 
 import os
-import runpy
 import shutil
 import signal
 import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def interchange_program() -> str | None:
+    """Parsl's ``interchange.py`` of this environment (beside this Python, else on PATH)."""
+    return shutil.which("interchange.py", path=os.path.dirname(sys.executable) + os.pathsep +
+                        os.environ.get("PATH", ""))
 
 
 def main() -> None:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
     # Ctrl-C in a terminal reaches the whole process group: the driver handles it (stops its runs,
@@ -34,20 +45,12 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.getppid() == 1:  # the driver died before the signal was armed
         sys.exit(1)
-    program = shutil.which("interchange.py", path=os.path.dirname(sys.executable) + os.pathsep +
-                           os.environ.get("PATH", ""))
+    program = interchange_program()
     if program is None:
-        sys.exit("orchestrator.pools.interchange: Parsl's interchange.py is not on PATH")
-    from .lean_parsl import hollow_packages, typechecks_off
-
-    # run in this process, not exec'd: the interchange's modules of Parsl only, without
-    # typeguard's checks (lean_parsl: its imports 0.6-0.7 s -> 0.17 s on this VM, which the
-    # first run's worker pool may wait on); it builds nothing from user input. Its config comes
-    # on stdin, as it would to the script run directly.
-    hollow_packages()
-    sys.argv[0] = program
-    with typechecks_off():
-        runpy.run_path(program, run_name="__main__")
+        sys.exit("orchestrator.pools.interchange: Parsl's interchange.py is not in this environment's bin/ "
+                 "nor on PATH")
+    # this environment's Python runs Parsl's script, whatever its first line says
+    os.execv(sys.executable, [sys.executable, program, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class LocalRunPool:
         """No batch jobs here: none ever ends under a run."""
         return {}
 
+    def release(self, future: concurrent.futures.Future) -> None:
+        """No allocation here: nothing is held."""
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 

@@ -2,49 +2,55 @@
 
 One executor per batch job the sweep's admission planned (per node count, or one for a
 packed sweep), each on the queue chosen for it; each task gets ``$PARSL_MPI_PREFIX`` for
-its own nodes.
+its own nodes. A run reaches its executor only when its nodes are free in the block
+(``placement``: Parsl's worker pool backlog, which loops on a run that does not fit, is never
+used). Parsl only through its public interfaces: ``parsl.load``, ``PythonApp``, the
+executors' and providers' documented options and methods.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..site.allocation import BatchJob
 from ..site.config import SiteConfig
 
+log = logging.getLogger(__name__)
+
 
 class ParslRunPool:
-    def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob],
-                 first_nodes: int | None = None) -> None:
-        from .lean_parsl import typechecks_off
+    def __init__(self, site: SiteConfig, run: Callable, run_dir: Path, jobs: Sequence[BatchJob]) -> None:
+        import parsl
+        from parsl.app.python import PythonApp
 
-        with typechecks_off():   # Parsl's modules without typeguard: 0.25-0.35 s before the first block
-            import parsl
-            from parsl.app.python import PythonApp
+        from .parsl_config import build_parsl_config, executor_label
+        from .placement import BlockPlacement
 
-            from .parsl_config import build_parsl_config, executor_label
-
-            self.site = site
-            # the batch job's pool imports the task's module (for scalestudy's sweep: Hydra and the
-            # sweep's run) while it registers, not after the first task has arrived
-            config = build_parsl_config(site, run_dir, jobs, first_nodes, preload=(run.__module__,))
+        self.site = site
+        config = build_parsl_config(site, run_dir, jobs)
         try:
             self.dfk = parsl.load(config)
-        except BaseException:   # Parsl cleans up nothing of a failed load: the early block would stay
-            for executor in config.executors:   # every one an EarlyBlockMPIExecutor
-                executor.abandon()
+        except BaseException:
+            abandon(config)
             raise
-        self.apps = {n: PythonApp(run, data_flow_kernel=self.dfk, executors=[executor_label(site, job.nodes)])
-                     for job in jobs for n in job.holds}
+        # per node count of a run: its executor, and that executor's app
+        self.labels = {n: executor_label(site, job.nodes) for job in jobs for n in job.holds}
+        self.apps = {label: PythonApp(run, data_flow_kernel=self.dfk, executors=[label])
+                     for label in set(self.labels.values())}
+        self.placement = BlockPlacement({executor_label(site, job.nodes): (job.nodes, site.max_concurrent_runs)
+                                         for job in jobs})
         self._shared: tuple[tuple, bytes] | None = None   # the sweep's constant parts, and them pickled
 
     def submit(self, parts: tuple, num_nodes: int, ranks_per_node: int, launcher_options: str) -> concurrent.futures.Future:
         spec = {"num_nodes": num_nodes, "ranks_per_node": ranks_per_node}
         if launcher_options:
             spec["launcher_options"] = launcher_options
-        return self.apps[num_nodes](self._payload(parts), parsl_resource_specification=spec)
+        label = self.labels[num_nodes]
+        app, payload = self.apps[label], self._payload(parts)
+        return self.placement.submit(label, num_nodes, lambda: app(payload, parsl_resource_specification=spec))
 
     def _payload(self, parts: tuple) -> bytes:
         """``parts`` pickled for the worker (``job_returns.run_hydra_job``). Of (Hydra's context,
@@ -64,9 +70,14 @@ class ParslRunPool:
         """A job planned whole runs on a worker through Hydra's ``run_job`` here (``submit``)."""
         return None
 
+    def release(self, future: concurrent.futures.Future) -> None:
+        """The launcher gave up on this run (its batch job ended under it): its nodes are free."""
+        self.placement.release(future)
+
     def close(self) -> None:
         import parsl
 
+        self.placement.close()
         self.dfk.cleanup()
         parsl.clear()
 
@@ -88,6 +99,18 @@ class ParslRunPool:
         return ended
 
     def abort(self) -> int:
-        """The sweep is interrupted: Parsl's cleanup cancels its blocks (and their batch jobs)."""
+        """The sweep is interrupted: runs waiting for nodes start no more, and Parsl's cleanup
+        cancels its blocks (and their batch jobs)."""
         self.close()
         return 0
+
+
+def abandon(config) -> None:
+    """``parsl.load`` failed in one executor's start: Parsl stops none of those started before it.
+    Their interchanges stop here (``shutdown``, public); no batch job was submitted yet (Parsl's
+    scaling strategy, which submits them, starts after every executor has)."""
+    for executor in config.executors:
+        try:
+            executor.shutdown()
+        except Exception:  # noqa: BLE001 - never started, or half: nothing more to stop
+            log.debug("executor %s: nothing to shut down", executor.label)

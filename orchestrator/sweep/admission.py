@@ -29,6 +29,7 @@ from .observer import SweepJob
 from .prediction import SweepPrediction, predict_sweep
 from .retry_policy import RetryPolicy
 from .runspec import build_run_spec, run_key
+from .versions import UntestedRelease, check_tested
 
 
 @dataclass
@@ -142,13 +143,16 @@ def admit(config: DictConfig, jobs: Sequence[SweepJob], console: Console) -> Adm
     if specs and (site.queues or site.allocation == "packed" or OmegaConf.select(config, "dry_run")):
         admitted.done, admitted.done_note = already_done(config, specs)
     admitted.batch_jobs = plan_batch_jobs(site, [s.nodes for s in admitted.launching()])
-    try:
-        check_system_mpi(site)
-        check_wheel_mpi(site)
-    except ConfigError as exc:
-        if not OmegaConf.select(config, "dry_run"):
-            raise
-        console.print(f"[yellow]warning (a real sweep would stop here): {exc}[/yellow]")
+    checks = [lambda: check_system_mpi(site), lambda: check_wheel_mpi(site)]
+    if site.scheduler.batch_jobs:   # Parsl runs the sweep: a release it is tested on, first
+        checks.insert(0, lambda: check_tested("parsl"))
+    for check in checks:
+        try:
+            check()
+        except (ConfigError, UntestedRelease) as exc:
+            if not OmegaConf.select(config, "dry_run"):
+                raise
+            console.print(f"[yellow]warning (a real sweep would stop here): {exc}[/yellow]")
     retries = OmegaConf.select(config, "retries")
     admitted.retry_policy = RetryPolicy.from_config(OmegaConf.to_container(retries) if isinstance(retries, DictConfig)
                                                     else retries)

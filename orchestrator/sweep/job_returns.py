@@ -3,12 +3,18 @@
 A job that ran returns what Hydra's ``run_job`` gave (or a planned task's outcome in the
 same form); one the observer skipped returns ``SKIPPED``; one whose task never completed on
 a worker (lost, killed, unpicklable) returns FAILED with the exception, as ``run_job`` does.
+
+Only Hydra's public ``JobReturn``: its fields and its ``return_value`` property. Reading a
+failed job's ``return_value`` raises its exception and prints a line to stderr (how Hydra's
+sweeper reports it); the observer needs the exception without either, so each return made
+here is a ``RunReturn``, a ``JobReturn`` that also carries the failure as ``error``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import cloudpickle
@@ -21,6 +27,26 @@ from .observer import SweepJob
 
 SKIPPED = "skipped"
 FAILED = "failed"
+
+
+@dataclass
+class RunReturn(JobReturn):
+    """Hydra's ``JobReturn`` with a failed job's exception readable as ``error`` (None otherwise)."""
+
+    error: Optional[BaseException] = None
+
+
+def run_return(ret: JobReturn, error: Optional[BaseException] = None) -> RunReturn:
+    """``ret`` (as Hydra's ``run_job`` made it) as a ``RunReturn``; ``error``: its failure."""
+    out = RunReturn(overrides=ret.overrides, cfg=ret.cfg, hydra_cfg=ret.hydra_cfg, working_dir=ret.working_dir,
+                    task_name=ret.task_name, status=ret.status, error=error)
+    out.return_value = ret.return_value if ret.status == JobStatus.COMPLETED else error
+    return out
+
+
+def job_error(ret: JobReturn) -> Optional[BaseException]:
+    """A failed job's exception, without raising it or printing anything."""
+    return ret.error if isinstance(ret, RunReturn) else None
 
 
 def subdir_reads_hydra(config: DictConfig) -> bool:
@@ -63,11 +89,21 @@ def run_hydra_job(payload: bytes | tuple, parsl_resource_specification: Optional
     origin = OmegaConf.select(config, "hydra.runtime.cwd")
     if origin and os.path.isdir(origin):  # run where the user launched from, as Hydra's basic launcher does
         os.chdir(origin)
+    caught: list[BaseException] = []
+
+    def task(cfg: DictConfig) -> Any:   # the task function, its exception kept for the observer
+        try:
+            return task_function(cfg)
+        except Exception as exc:
+            caught.append(exc)
+            raise
+
     try:
-        ret = run_job(hydra_context=hydra_context, task_function=task_function, config=config,
+        ret = run_job(hydra_context=hydra_context, task_function=task, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     finally:
         os.chdir(old_cwd)
+    ret = run_return(ret, caught[-1] if caught and ret.status != JobStatus.COMPLETED else None)
     return ret if in_process else cloudpickle.dumps(ret)
 
 
@@ -78,12 +114,12 @@ def run_planned(task: Callable[[], Any], overrides: list[str], working_dir: str,
     from ..mpi.run import set_thread_launch
 
     set_thread_launch(*local_launch)
-    ret = JobReturn(overrides=overrides, working_dir=working_dir, task_name=task_name)
+    ret = RunReturn(overrides=overrides, working_dir=working_dir, task_name=task_name)
     try:
         ret.return_value = task()
         ret.status = JobStatus.COMPLETED
     except Exception as exc:   # as run_job does: the observer classifies it
-        ret.return_value = exc
+        ret.return_value = ret.error = exc
         ret.status = JobStatus.FAILED
     return ret
 
@@ -96,21 +132,21 @@ def ended_return(job: SweepJob, fut: concurrent.futures.Future) -> JobReturn:
     try:
         value = fut.result()
         return value if isinstance(value, JobReturn) else cloudpickle.loads(value)
-    except Exception as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
+    except (Exception, concurrent.futures.CancelledError) as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
         return failed_return(job, exc)
 
 
-def failed_return(job: SweepJob, exc: BaseException) -> JobReturn:
-    ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
-                    task_name=job_name(job), status=JobStatus.FAILED)
-    ret._return_value = exc
+def failed_return(job: SweepJob, exc: BaseException) -> RunReturn:
+    ret = RunReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
+                    task_name=job_name(job), status=JobStatus.FAILED, error=exc)
+    ret.return_value = exc
     return ret
 
 
-def skipped_return(job: SweepJob) -> JobReturn:
-    ret = JobReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
+def skipped_return(job: SweepJob) -> RunReturn:
+    ret = RunReturn(overrides=job.overrides, cfg=job.config, working_dir=str(job.output_dir),
                     task_name=job_name(job), status=JobStatus.COMPLETED)
-    ret._return_value = SKIPPED
+    ret.return_value = SKIPPED
     return ret
 
 
@@ -120,7 +156,7 @@ def absorbed(ret: JobReturn) -> JobReturn:
     application decides the exit status)."""
     if ret.status != JobStatus.FAILED:
         return ret
-    out = JobReturn(overrides=ret.overrides, cfg=ret.cfg, hydra_cfg=ret.hydra_cfg, working_dir=ret.working_dir,
-                    task_name=ret.task_name, status=JobStatus.COMPLETED)
-    out._return_value = FAILED
+    out = RunReturn(overrides=ret.overrides, cfg=ret.cfg, hydra_cfg=ret.hydra_cfg, working_dir=ret.working_dir,
+                    task_name=ret.task_name, status=JobStatus.COMPLETED, error=job_error(ret))
+    out.return_value = FAILED
     return out

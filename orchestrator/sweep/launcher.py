@@ -111,7 +111,7 @@ class _RunQueue:
             # its result need not be held to the end of a sweep of thousands
             ret.cfg = ret.hydra_cfg = None
             if ret.status == JobStatus.COMPLETED:
-                ret._return_value = None
+                ret.return_value = None
             # nor the job's own composed config (~150 KB), held by the sweep's job list (freed
             # when the sweep unfreezes the collector); a retry keeps it above
             job.config = None
@@ -130,6 +130,7 @@ class _RunQueue:
                 lost = self.observer.lost_jobs([self.futures[f] for f in self.pending], self.pool.ended_batch_jobs)
                 for fut in [f for f in self.pending if self.futures[f].idx in lost]:
                     self.pending.discard(fut)   # abandoned: its worker went with its batch job
+                    self.pool.release(fut)
                     job = self.futures.pop(fut)
                     self.job_ended(job, failed_return(job, lost[job.idx]))
             self.submit_more()
@@ -240,8 +241,7 @@ class ParslLauncher(Launcher):
         gc.freeze()
         try:
             with timed("pool_start"):
-                pool = open_run_pool(site, run_hydra_job, sweep_dir / ".parsl", plan.batch_jobs,
-                                     first_nodes=to_run[0].num_nodes if to_run else None)
+                pool = open_run_pool(site, run_hydra_job, sweep_dir / ".parsl", plan.batch_jobs)
         except BaseException:
             gc.unfreeze()
             raise

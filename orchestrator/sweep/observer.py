@@ -115,7 +115,11 @@ class HydraJobsObserver:
         self.site_name, self.site_overrides = site, dict(site_overrides)
 
     def admit(self, jobs: Sequence[SweepJob]) -> LaunchPlan:
+        from .versions import check_tested
+
         site = with_overrides(load_site(self.site_name), **self.site_overrides)
+        if site.scheduler.batch_jobs:
+            check_tested("parsl")
         return LaunchPlan(site=site, submit=[True] * len(jobs),
                           batch_jobs=plan_batch_jobs(site, [job_size(j)[0] for j in jobs]))
 

@@ -37,6 +37,7 @@ from ..site.launchers import launch_flags
 from .admission import Admitted, admit
 from .attempts import archive_attempt, batch_job_of, holds_an_attempt, node_failure
 from .database_outages import DatabaseWrites
+from .job_returns import job_error
 from .observer import LaunchPlan, SweepJob
 from .outcome import SweepOutcome, hand_over
 from .progress import SweepProgress, headline, run_label
@@ -276,7 +277,7 @@ class SweepRecorder:
         label = f"#{job.idx} {self.labels[job.idx]}"
         if result.status == JobStatus.COMPLETED:
             return self._completed(job, label, result.return_value)
-        error = result._return_value
+        error = job_error(result)
         kind = classify(error, job.output_dir)
         if kind == NODE_LOST and finished(job.output_dir) and self._ingest_after_loss(job, label):
             return False   # the run had finished; only its answer was lost with the batch job

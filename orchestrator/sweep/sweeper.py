@@ -1,0 +1,91 @@
+"""``hydra/sweeper=scalestudy``: Hydra's basic sweep, on Hydra's public Sweeper interface.
+
+Hydra's basic sweeper composes every job of a batch once (``validate_batch_is_legal``) before
+handing the batch to the launcher, only to throw the configs away: a tenth of a second a job
+here (``benchmarks/bench_overhead.py``). The Parsl launcher composes each job itself, all of
+them before it submits anything, so with it that check would only compose every job twice.
+This sweeper does what the basic one does — the cartesian product of the sweep overrides
+(``a=1,2 b=range(3)``, ``study=glob(*)``), ``hydra.sweeper.params`` before the command
+line's, ``max_batch_size``, ``multirun.yaml`` in the sweep folder, a failed job raised after
+its batch — and skips only that check, and only for the Parsl launcher. Its parts are the
+ones Hydra's plugin documentation and its own sweeper plugins use: ``Sweeper``,
+``Plugins.instantiate_launcher``, ``OverridesParser`` and the ``Override`` methods for sweeps.
+``tests/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+def job_overrides(overrides: Sequence[Override]) -> List[List[str]]:
+    """Every job's override lines: one value of each swept key, in the cartesian product's order
+    (a key given twice counts once, where it was first given, with its last value)."""
+    by_key: Dict[str, List[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise HydraException(f"{ScalestudySweeper.__name__} does not support sweep type : "
+                                     f"{override.value_type.name if override.value_type else override.input_line}")
+            by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*by_key.values())]
+
+
+def batches(jobs: List[List[str]], max_batch_size: Optional[int]) -> List[List[List[str]]]:
+    if max_batch_size is None or max_batch_size == -1:
+        return [jobs]
+    if max_batch_size < 1:
+        raise HydraException(f"hydra.sweeper.max_batch_size={max_batch_size}: expected a positive number or null")
+    return [jobs[i:i + max_batch_size] for i in range(0, len(jobs), max_batch_size)] or [[]]
+
+
+class ScalestudySweeper(Sweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None) -> None:
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.hydra_context: Optional[HydraContext] = None
+        self.config: Optional[DictConfig] = None
+        self.launcher: Optional[Launcher] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                               task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from .launcher import ParslLauncher
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        jobs = job_overrides(parser.parse_overrides(lines))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        returns: List[Sequence[JobReturn]] = []
+        initial_job_idx = 0
+        for batch in batches(jobs, self.max_batch_size):
+            if not isinstance(self.launcher, ParslLauncher):   # it composes every job itself, first
+                self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+            for result in results:
+                _ = result.return_value   # a failed job raises here, as with Hydra's basic sweeper
+            initial_job_idx += len(batch)
+            returns.append(results)
+        return returns
