@@ -54,6 +54,7 @@ done
 for f in .venv/bin/*; do
   name=$(basename "$f")
   [ -e "$ENV/bin/$name" ] && continue
+  [ -f "$f" ] || continue
   case "$(head -c 2 "$f")" in '#!') continue ;; esac
   ln -s "$(realpath "$f")" "$ENV/bin/$name"
 done

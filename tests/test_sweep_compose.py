@@ -5,9 +5,12 @@ launcher is handed): run on the Hydra floor and on the newest 1.3 release by ``.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.singleton import Singleton
 from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 from omegaconf import OmegaConf
@@ -19,12 +22,14 @@ from orchestrator.sweep.schema import register
 
 @pytest.fixture(scope="module")
 def loader():
+    saved = copy.deepcopy(Singleton.get_state())   # Hydra's version base, its config store...
     register()
     setup_globals()   # Hydra's resolvers (now, hydra)
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="orchestrator.sweep.conf", version_base="1.3"):
         yield GlobalHydra.instance().config_loader()
     GlobalHydra.instance().clear()
+    Singleton.set_state(saved)   # as they were: the version base outlives the context (Hydra 1.3.2)
 
 
 def _master(loader, overrides):

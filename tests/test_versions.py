@@ -76,3 +76,14 @@ def test_a_sweep_on_a_new_hydra_stops_at_once(tmp_path):
 def untested_range(dist: str) -> str:
     message = untested(dist, "0.0.1")
     return message.split(f"tested with {dist}", 1)[1].split(" only", 1)[0]
+
+
+def test_the_readme_and_the_docstring_say_what_pyproject_does():
+    readme = (REPO / "README.md").read_text()
+    doc = versions.__doc__
+    for dist, name in (("parsl", "Parsl"), ("hydra-core", "Hydra"), ("omegaconf", "OmegaConf")):
+        floor, ceiling = versions.bounds(dist)
+        assert floor and ceiling, dist
+        assert f"{name} {floor} to {ceiling}" in doc, dist
+        if dist != "omegaconf":
+            assert f"**{name} {floor} to {ceiling}**" in readme, dist

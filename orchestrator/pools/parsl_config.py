@@ -9,6 +9,11 @@ block holds every run, MPIExecutor giving each run nodes of its own inside it. E
 executor's provider is its scheduler's (``site.schedulers``), on the queue chosen for its job.
 
 The local site (this host, no scheduler) needs no Parsl: see ``pools.local``.
+
+Only Parsl's public interface: ``Config``, ``MPIExecutor`` and the providers with their
+documented options, Parsl's own launch command for the worker pool. It runs on the Parsl
+releases ``pyproject.toml`` names, from 2024.7.8 (the first whose ``MPIExecutor`` takes
+``interchange_launch_cmd``) to the newest CI has run (``orchestrator.sweep.versions``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ The launcher itself knows nothing about studies or databases: its observer
 hands back a finished ``LaunchPlan`` (the site, which jobs, the batch jobs and their
 queues), and is told while runs go and as each ends. Without one, every job runs on the
 launcher's own site (``HydraJobsObserver``), so any Hydra app can use the launcher.
+
+Only Hydra's public Launcher plugin interface (``setup``/``launch``, ``run_job``, ``JobReturn``,
+``HydraConfig``, the ``ConfigLoader`` of the ``HydraContext``), on Hydra 1.3.2 to 1.3.8: the
+releases CI runs Hydra's own launcher suites on (``orchestrator.sweep.versions``).
 """
 
 from __future__ import annotations

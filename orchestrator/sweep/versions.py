@@ -12,6 +12,16 @@ outside the range is refused before a sweep records or submits anything, in one 
 names the tested range; raising the ceiling is a matter of running those suites on the new
 release and changing the one line in ``pyproject.toml`` (README, "Supported versions").
 
+Supported today (README, "Supported Parsl and Hydra releases"; ``tests/test_versions.py`` checks
+that the README says what ``pyproject.toml`` does):
+
+- Parsl 2024.7.8 to 2026.10.26. The floor is the first release whose ``MPIExecutor`` takes
+  ``interchange_launch_cmd`` (the interchange that dies with its driver); on it the Parsl-facing
+  suites pass. The ceiling is the newest release CI has run them on.
+- Hydra 1.3.2 to 1.3.8, OmegaConf 2.3.0 to 2.3.1: 1.3.2 is the first Hydra for Python 3.11,
+  and the first 1.3 release the Hydra-facing suites (Hydra's own launcher suites among them)
+  pass on here; 1.3.8 the newest.
+
 The ranges are read from the installed project's metadata, which ``pyproject.toml`` writes:
 they are declared once.
 """
@@ -83,3 +93,22 @@ def _pretty(specifier: str) -> str:
     """``>=A,<=B`` in that order (packaging sorts a set's parts by their text)."""
     parts = sorted(specifier.split(","), key=lambda p: (not p.startswith(">"), p))
     return ",".join(parts)
+
+
+def bounds(dist: str) -> tuple[str | None, str | None]:
+    """(floor, ceiling) of ``dist``'s tested range: the ``>=`` and ``<=`` releases, which CI
+    installs and runs (``.ci/run``)."""
+    parts = (tested_range(dist) or "").split(",")
+    floor = next((p[2:] for p in parts if p.startswith(">=")), None)
+    ceiling = next((p[2:] for p in parts if p.startswith("<=")), None)
+    return floor, ceiling
+
+
+if __name__ == "__main__":   # python -m orchestrator.sweep.versions floor|ceiling DIST (for .ci/run)
+    import sys
+
+    which, dist = sys.argv[1], sys.argv[2]
+    value = bounds(dist)[("floor", "ceiling").index(which)]
+    if value is None:
+        sys.exit(f"pyproject.toml gives {dist} no {which} (>= for a floor, <= for a ceiling)")
+    print(value)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The suites that touch Parsl or Hydra, run on another environment's releases:
+#   bash scripts/test-version-ranges.sh parsl .venv-parsl-floor [pytest args]
+#   bash scripts/test-version-ranges.sh hydra .venv-hydra-floor [pytest args]
+# .ci/run runs them on the floors of pyproject.toml's ranges (the newest releases are .venv's,
+# where the whole suite runs). A subset, to keep CI's time: every Parsl-facing behaviour once
+# (a Slurm sweep over virtual nodes, a packed one, the PBS Pro and Cobalt stand-ins plain and
+# packed, encryption, node loss, a killed driver, run placement, the interchange); the Hydra
+# suites whole. A test that fails is run once more on its own: it fails the run only if it
+# fails again (reported either way), so one flaky test does not decide a landing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KIND=${1:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}
+ENV=${2:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}
+shift 2
+case "$KIND" in
+  parsl) TESTS=(
+      tests/test_placement.py tests/test_interchange.py tests/test_versions.py
+      "tests/test_parsl_security.py::test_only_worker_pools_with_the_sweeps_keys_can_register"
+      "tests/test_slurm.py::test_sweep_spreads_ranks_over_the_right_virtual_nodes"
+      "tests/test_slurm.py::test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes"
+      "tests/test_slurm.py::test_one_failing_rank_ends_the_whole_srun_job"
+      "tests/test_fake_schedulers.py::test_sweep_through_scheduler_stand_in"
+      "tests/test_fake_schedulers.py::test_packed_sweep_through_scheduler_stand_in"
+      "tests/reliability/test_node_lost.py::test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation"
+      "tests/reliability/test_driver_stopped_slurm.py"
+    ) ;;
+  hydra) TESTS=(
+      tests/test_sweep_compose.py tests/test_sweeper.py tests/test_launcher_conformance.py tests/test_versions.py
+    ) ;;
+  *) echo "test-version-ranges: parsl or hydra, not $KIND" >&2; exit 2 ;;
+esac
+PY="$ENV/bin/python"
+"$PY" -c "import parsl, hydra, omegaconf; print('test-version-ranges: $KIND suites on parsl', parsl.__version__, \
+'hydra-core', hydra.__version__, 'omegaconf', omegaconf.__version__)"
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+start=$(date +%s)
+rc=0
+"$PY" -m pytest -ra -o cache_dir="$cache" "${TESTS[@]}" "$@" || rc=$?
+if [ "$rc" -eq 1 ]; then   # tests failed (not an error of pytest itself): each once more
+  echo "test-version-ranges: running the failed tests once more"
+  rc=0
+  "$PY" -m pytest -ra -o cache_dir="$cache" --last-failed --last-failed-no-failures none "${TESTS[@]}" "$@" || rc=$?
+  [ "$rc" -eq 0 ] && echo "test-version-ranges: WARNING: passed on the second try (flaky: see the first run above)"
+fi
+echo "test-version-ranges: $KIND suites on $ENV: exit $rc in $(( $(date +%s) - start )) s"
+exit "$rc"
