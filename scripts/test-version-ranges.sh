@@ -3,11 +3,13 @@
 #   bash scripts/test-version-ranges.sh parsl .venv-parsl-floor [pytest args]
 #   bash scripts/test-version-ranges.sh hydra .venv-hydra-floor [pytest args]
 # .ci/run runs them on the floors of pyproject.toml's ranges (the newest releases are .venv's,
-# where the whole suite runs). A subset, to keep CI's time: every Parsl-facing behaviour once
-# (a Slurm sweep over virtual nodes, a packed one, the PBS Pro and Cobalt stand-ins plain and
-# packed, encryption, node loss, a killed driver, run placement, the interchange); the Hydra
-# suites whole. A test that fails is run once more on its own: it fails the run only if it
-# fails again (reported either way), so one flaky test does not decide a landing.
+# where the whole suite runs). A subset, to keep CI's time (~6 min on 2 cores): every
+# Parsl-facing behaviour once (a packed Slurm sweep over virtual nodes, a failing rank, the PBS
+# Pro and Cobalt stand-ins packed, encryption, node loss, a killed driver, run placement, the
+# interchange, the version check); the Hydra suites whole, and local sweeps through Hydra's
+# resolver, its run_job and its errors (~1.5 min). A test that fails is run
+# once more on its own: it fails the run only if it fails again (reported either way), so one
+# flaky test does not decide a landing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}
@@ -17,16 +19,18 @@ case "$KIND" in
   parsl) TESTS=(
       tests/test_placement.py tests/test_interchange.py tests/test_versions.py
       "tests/test_parsl_security.py::test_only_worker_pools_with_the_sweeps_keys_can_register"
-      "tests/test_slurm.py::test_sweep_spreads_ranks_over_the_right_virtual_nodes"
       "tests/test_slurm.py::test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes"
       "tests/test_slurm.py::test_one_failing_rank_ends_the_whole_srun_job"
-      "tests/test_fake_schedulers.py::test_sweep_through_scheduler_stand_in"
       "tests/test_fake_schedulers.py::test_packed_sweep_through_scheduler_stand_in"
       "tests/reliability/test_node_lost.py::test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation"
-      "tests/reliability/test_driver_stopped_slurm.py"
+      "tests/reliability/test_driver_stopped_slurm.py::test_sigkill_ends_the_interchange_and_the_same_command_\
+cancels_the_allocation"
     ) ;;
   hydra) TESTS=(
       tests/test_sweep_compose.py tests/test_sweeper.py tests/test_launcher_conformance.py tests/test_versions.py
+      "tests/test_cli_sweep.py::test_a_run_folder_named_through_hydras_resolver"
+      "tests/test_cli_sweep.py::test_local_runs_planned_whole_skip_hydras_run_job"
+      "tests/test_cli_sweep.py::test_bad_input_is_one_line_and_submits_nothing"
     ) ;;
   *) echo "test-version-ranges: parsl or hydra, not $KIND" >&2; exit 2 ;;
 esac

@@ -166,7 +166,8 @@ def test_control_handed_to_parsl_directly_the_backlog_never_returns(tmp_path, tw
     _wait_for(tmp_path / "run0", 120)
     done, _ = concurrent.futures.wait(futures, timeout=15)
     if len(done) == 3:
-        pytest.skip("this Parsl's pool did not loop on these runs (its backlog fixed, Parsl PR #3800, or they never met in it)")
+        pytest.skip("this Parsl's pool did not loop on these runs (its backlog fixed, Parsl PR #3800, "
+                    "or they never met in it)")
     # the first ended 0.5 s in; its result was lost to the backlog's RecursionError (a Parsl whose
     # pool thread dies of it returns none at all): the sweep would wait for it for ever
     assert not futures[0].done()

@@ -67,9 +67,10 @@ def test_a_sweep_on_a_new_hydra_stops_at_once(tmp_path):
     proc = scalestudy("sweep", "nodes=1", f"db_url=sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path,
                       env={"PYTHONPATH": str(newer)})
     assert proc.returncode == 2
+    tested = untested_range("hydra-core")
     assert proc.stderr.strip() == ("scalestudy: error: hydra-core 1.4.0 is installed, but scalestudy is tested with "
-                                   f"hydra-core{untested_range('hydra-core')} only (pyproject.toml; README, "
-                                   f"\"Supported versions\"): pip install 'hydra-core{untested_range('hydra-core')}'")
+                                   f"hydra-core{tested} only (pyproject.toml; README, \"Supported Parsl and Hydra "
+                                   f"releases\"): pip install 'hydra-core{tested}'")
     assert not (tmp_path / "r.db").exists()
 
 

@@ -12,8 +12,9 @@ The local site (this host, no scheduler) needs no Parsl: see ``pools.local``.
 
 Only Parsl's public interface: ``Config``, ``MPIExecutor`` and the providers with their
 documented options, Parsl's own launch command for the worker pool. It runs on the Parsl
-releases ``pyproject.toml`` names, from 2024.7.8 (the first whose ``MPIExecutor`` takes
-``interchange_launch_cmd``) to the newest CI has run (``orchestrator.sweep.versions``).
+releases ``pyproject.toml`` names, from 2024.12.9 (the first whose ``ClusterProvider`` takes no
+``channel``, which the Cobalt provider needs; ``MPIExecutor`` has taken ``interchange_launch_cmd``
+since 2024.7.8) to the newest CI has run (``orchestrator.sweep.versions``).
 """
 
 from __future__ import annotations

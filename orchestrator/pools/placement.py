@@ -58,7 +58,8 @@ class BlockPlacement:
         self.closed = False
         self._runs: dict[concurrent.futures.Future, tuple[_Block, _Run]] = {}
 
-    def submit(self, label: str, nodes: int, start: Callable[[], concurrent.futures.Future]) -> concurrent.futures.Future:
+    def submit(self, label: str, nodes: int,
+               start: Callable[[], concurrent.futures.Future]) -> concurrent.futures.Future:
         """The run's future; ``start()`` is called (on the dispatch thread) once its nodes are free."""
         block = self.blocks[label]
         run = _Run(nodes, start)

@@ -132,7 +132,8 @@ def ended_return(job: SweepJob, fut: concurrent.futures.Future) -> JobReturn:
     try:
         value = fut.result()
         return value if isinstance(value, JobReturn) else cloudpickle.loads(value)
-    except (Exception, concurrent.futures.CancelledError) as exc:  # the task never ran to completion on a worker (lost, killed, unpicklable)
+    except (Exception, concurrent.futures.CancelledError) as exc:
+        # the task never ran to completion on a worker (lost, killed, unpicklable, never started)
         return failed_return(job, exc)
 
 

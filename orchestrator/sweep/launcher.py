@@ -15,7 +15,7 @@ queues), and is told while runs go and as each ends. Without one, every job runs
 launcher's own site (``HydraJobsObserver``), so any Hydra app can use the launcher.
 
 Only Hydra's public Launcher plugin interface (``setup``/``launch``, ``run_job``, ``JobReturn``,
-``HydraConfig``, the ``ConfigLoader`` of the ``HydraContext``), on Hydra 1.3.2 to 1.3.8: the
+``HydraConfig``, the ``ConfigLoader`` of the ``HydraContext``), on Hydra 1.3.0 to 1.3.8: the
 releases CI runs Hydra's own launcher suites on (``orchestrator.sweep.versions``).
 """
 

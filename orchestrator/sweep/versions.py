@@ -10,17 +10,21 @@ Cobalt stand-ins, packed allocations, encryption, node loss, the run placement) 
 Hydra-facing ones (composition, the sweeper, Hydra's own launcher test suites). A release
 outside the range is refused before a sweep records or submits anything, in one line that
 names the tested range; raising the ceiling is a matter of running those suites on the new
-release and changing the one line in ``pyproject.toml`` (README, "Supported versions").
+release and changing the one line in ``pyproject.toml`` (README, "Supported Parsl and Hydra
+releases").
 
 Supported today (README, "Supported Parsl and Hydra releases"; ``tests/test_versions.py`` checks
 that the README says what ``pyproject.toml`` does):
 
-- Parsl 2024.7.8 to 2026.10.26. The floor is the first release whose ``MPIExecutor`` takes
-  ``interchange_launch_cmd`` (the interchange that dies with its driver); on it the Parsl-facing
-  suites pass. The ceiling is the newest release CI has run them on.
-- Hydra 1.3.2 to 1.3.8, OmegaConf 2.3.0 to 2.3.1: 1.3.2 is the first Hydra for Python 3.11,
-  and the first 1.3 release the Hydra-facing suites (Hydra's own launcher suites among them)
-  pass on here; 1.3.8 the newest.
+- Parsl 2024.12.9 to 2026.10.26. The floor is the oldest release the Parsl-facing suites pass
+  on: it is the first whose ``ClusterProvider`` (the public base of scalestudy's Cobalt provider)
+  takes no ``channel`` (Parsl removed channels then; on 2024.12.2 and before, a Cobalt sweep
+  stops at once on the missing argument), and ``MPIExecutor`` has taken
+  ``interchange_launch_cmd`` (the interchange that dies with its driver) since 2024.7.8. The
+  ceiling is the newest release CI has run them on.
+- Hydra 1.3.0 to 1.3.8, OmegaConf 2.3.0 to 2.3.1: the sweep app asks for Hydra 1.3's defaults
+  (``version_base="1.3"``), and the Hydra-facing suites (Hydra's own launcher suites among them)
+  pass on every 1.3 release tried, 1.3.0 (the floor), 1.3.1, 1.3.2 and 1.3.8 (the newest).
 
 The ranges are read from the installed project's metadata, which ``pyproject.toml`` writes:
 they are declared once.
@@ -79,7 +83,8 @@ def untested(dist: str, installed: str | None = None) -> str | None:
     if ok:
         return None
     return (f"{dist} {installed} is installed, but scalestudy is tested with {dist}{_pretty(tested)} only "
-            f"(pyproject.toml; README, \"Supported versions\"): pip install '{dist}{_pretty(tested)}'")
+            f"(pyproject.toml; README, \"Supported Parsl and Hydra releases\"): "
+            f"pip install '{dist}{_pretty(tested)}'")
 
 
 def check_tested(dist: str) -> None:
