@@ -118,13 +118,17 @@ class _Queued(Transfer):
     same reason; Horovod's background thread executes the coordinator's responses in order).
     """
 
-    def __init__(self, path: "DataPath") -> None:
+    def __init__(self, path: "DataPath", stage=None) -> None:
         self.path = path
+        self.stage = stage   # the event that ends the local stage (None: none)
         self.issued = False
 
     def local_done(self, block: bool) -> bool:
         """Whether the stage before the collective is done (waiting for it if ``block``)."""
-        return True
+        if block:
+            self.path.device.wait(self.stage)
+            return True
+        return self.path.device.passed(self.stage)
 
     @abstractmethod
     def issue(self) -> None:
@@ -154,14 +158,8 @@ class _MPIRequest(_Queued):
     memory for a GPU-aware MPI once the producing stream is done)."""
 
     def __init__(self, path: "DataPath", buffer, ready_event=None) -> None:
-        super().__init__(path)
-        self.buffer, self.ready_event, self.request = buffer, ready_event, None
-
-    def local_done(self, block: bool) -> bool:
-        if block:
-            self.path.device.wait(self.ready_event)
-            return True
-        return self.path.device.passed(self.ready_event)
+        super().__init__(path, stage=ready_event)
+        self.buffer, self.request = buffer, None
 
     def issue(self) -> None:
         self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.buffer, op=MPI.SUM)
@@ -244,18 +242,11 @@ class _Staged(_Queued):
     stage at a time by ``test`` so that an engine's cycle never blocks on it."""
 
     def __init__(self, path: "HostStaging", tensor: torch.Tensor, host: torch.Tensor) -> None:
-        super().__init__(path)
+        super().__init__(path, stage=path.device.copy_after(host, tensor, path.device.mark()))
         self.tensor, self.host = tensor, host
-        self.down = path.device.copy_after(host, tensor, path.device.mark())
         self.request = None
         self.up = None
         self.done = False
-
-    def local_done(self, block: bool) -> bool:
-        if block:
-            self.path.device.wait(self.down)
-            return True
-        return self.path.device.passed(self.down)
 
     def issue(self) -> None:
         self.request = self.path.comm.Iallreduce(MPI.IN_PLACE, self.host.numpy(), op=MPI.SUM)
