@@ -92,7 +92,7 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             "collectives_per_step": per_step,
             "hidden": float(hidden.mean()) if len(hidden) else 0.0,
             "update_seconds": float(steps["update"].median()) if len(steps) else 0.0,
-            "sync_every": int(_mode(runs["sync_every"]) or 0),
+            "sync_every": _resync_steps(runs),
             "injected_ranks": int(_mode(runs["imbalance_ranks"]) or 0) if kind == "injected" else 0,
             "injected_delay": float(_mode(runs["imbalance_delay_ms"]) or 0.0) / 1e3 if kind == "injected" else 0.0,
             "steps": int(_mode(runs["steps"]) or 0),   # steps a run ran (rank 0)
@@ -101,3 +101,18 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             "notes": notes,
         }
     return shapes
+
+
+def _resync_steps(runs) -> int:
+    """eager-SGD's synchronous-round period in steps, as the runs ran it (``RunSpec.resync_period``:
+    ``sync_every`` where set, else ``resync_epochs`` epochs; runs recorded before
+    ``resync_epochs`` existed have it null and their period in ``sync_every``)."""
+    from workloads.spec import RunSpec
+
+    periods = []
+    for _, row in runs.iterrows():
+        every = int(row.get("sync_every") or 0)
+        epochs = int(row.get("resync_epochs") or 0) if "resync_epochs" in row else 0
+        per_epoch = int(row.get("steps") or 0) // max(1, int(row.get("epochs") or 1))
+        periods.append(RunSpec(sync_every=every, resync_epochs=epochs).resync_period(per_epoch))
+    return int(max(set(periods), key=periods.count)) if periods else 0

@@ -114,7 +114,11 @@ runs_table = Table(
     Column("energy_source", String(64)),                      # pm_counters, rapl, nvml
     Column("energy_kind", String(16)),                        # measured
     Column("energy_note", Text),
-    Column("throughput", Float),
+    Column("throughput", Float),                              # samples whose gradients were computed, per second
+    # the job's steps (rounds: each one update of every model) and all ranks' computed gradients,
+    # per second; they part from throughput once an eager-SGD rank skips the rounds it missed
+    Column("rounds_per_second", Float),
+    Column("gradients_per_second", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),
     Column("steps", Integer),

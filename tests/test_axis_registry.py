@@ -83,7 +83,8 @@ def _v1_run_key(spec: RunSpec) -> str:
 def test_run_keys_of_older_runs_do_not_change_and_new_fields_count_when_set():
     base = {"study_name": "k", "nodes": 2, "workers_per_node": 2, "batch_size": 16, "momentum": 0.5}
     spec = build_run_spec(base)
-    assert run_key(spec) == _v1_run_key(spec)
+    # sync_every was 10 then (steps); runs that do not read it (all but eager-SGD's) keep their keys
+    assert run_key(spec) == _v1_run_key(dataclasses.replace(spec, sync_every=10))
     keys = {run_key(spec)}
     for change in ({"params": {"hidden": 128}}, {"repeat": 1}, {"momentum": 0.9}, {"steps_per_epoch": 5},
                    {"imbalance": {"kind": "fixed", "sigma": 2.0}}, {"timeline": True}, {"engine_thread": False}):
@@ -188,7 +189,8 @@ def _non_default(f) -> object:
                "device": "cpu", "imbalance_kind": "fixed", "workload_kind": "command", "study": "other",
                "dataset_path": "/data/x", "threads_per_node": 2, "workers_per_node": 2, "imbalance_rank": 0,
                "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5,
-               "compute": "emulated", "compute_profile": "set below", "data_path": "torch_distributed"}
+               "compute": "emulated", "compute_profile": "set below", "data_path": "torch_distributed",
+               "eager_catch_up": "latest"}
     if f.name in special:
         return special[f.name]
     if f.type is bool:
@@ -203,6 +205,8 @@ def test_every_config_field_reaches_the_spec(f):
     """A field with a config key that build_run_spec forgot to read would be dropped
     silently; each must reach the spec, and change run_key exactly when it is identity."""
     base = {"study_name": "k"}
+    if f.name == "sync_every":   # read by eager-SGD only; other runs key it as before (runspec._KEYED_AS_BEFORE)
+        base["algorithm"] = "eager_solo"
     value = _non_default(f)
     head, _, rest = f.config.partition(".")
     change = {head: {rest: value}} if rest else {head: value}

@@ -39,9 +39,15 @@ def record_step(writer: MetricsWriter, phases: dict[str, float], step: int, epoc
 
 def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps: int, samples: int,
                  train_seconds: float, wall_start: float, phases: dict[str, float], top1: float, loss: float,
-                 global_batch: int) -> TrainOutcome:
-    """The run summary: throughput is global samples over the slowest rank's training time."""
+                 global_batch: int, gradients: int | None = None) -> TrainOutcome:
+    """The run summary, over the slowest rank's training time: ``throughput`` is the samples
+    whose gradients the ranks computed per second, ``rounds_per_second`` the steps the job
+    took (each one update of every model), ``gradients_per_second`` the gradients all ranks
+    computed. With every rank computing every step (``gradients`` = steps x ranks, the
+    default) they differ by constant factors; an eager-SGD rank that joins the round the
+    others reached computes fewer gradients than there are rounds, and then they do not."""
     slowest = comm.allreduce(train_seconds, op=MPI.MAX)
+    gradients = steps * comm.Get_size() if gradients is None else gradients
     rank_summary = {"steps": steps, "train_seconds": train_seconds,
                     **{f"{k}_seconds": v for k, v in phases.items()}}
     summary = {
@@ -55,6 +61,9 @@ def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps
         "wall_seconds": time.perf_counter() - wall_start,
         "throughput": samples / slowest if slowest > 0 else float("nan"),
         "steps_per_second": steps / slowest if slowest > 0 else float("nan"),
+        "rounds_per_second": steps / slowest if slowest > 0 else float("nan"),
+        "gradients": gradients,
+        "gradients_per_second": gradients / slowest if slowest > 0 else float("nan"),
         "final_top1": top1,
         "final_loss": loss,
         "rank_summary": rank_summary,

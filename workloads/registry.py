@@ -21,6 +21,9 @@ from typing import Any, Callable
 
 ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
 DEVICES = ("cpu", "cuda")
+EAGER_ALGORITHMS = ("eager_solo", "eager_majority")
+# what an eager-SGD rank that missed rounds does (workloads/algorithms/eager.py explains each)
+EAGER_CATCH_UP = ("apply_all", "latest", "lockstep")
 # how gradients travel between ranks (workloads/comm/data_path.py); auto: the first the
 # algorithm takes on its device (ALGORITHM_DATA_PATHS)
 DATA_PATHS = ("auto", "mpi", "torch_distributed", "cuda_aware_mpi", "host_staging", "horovod")
@@ -36,7 +39,7 @@ ALGORITHM_DATA_PATHS = {
     ("ddp", "cpu"): ("torch_distributed",), ("ddp", "cuda"): ("torch_distributed",),
     ("horovod", "cpu"): ("horovod",), ("horovod", "cuda"): ("horovod",),
     ("async_ps", "cpu"): ("mpi",), ("async_ps", "cuda"): ("host_staging",),
-    **{(a, d): (("mpi",) if d == "cpu" else ("host_staging",)) for a in ("eager_solo", "eager_majority")
+    **{(a, d): (("mpi",) if d == "cpu" else ("host_staging",)) for a in EAGER_ALGORITHMS
        for d in DEVICES},
 }
 ALGORITHM_DEVICES = {a: DEVICES for a in ALGORITHMS}

@@ -96,9 +96,18 @@ class RunSpec:
                                  "placement.py)")
     gpus_per_node: int = axis(0, config=None, identity=False, column=False,
                               help="the site's GPUs per node (accelerators_per_node)")
-    sync_every: int = axis(10, builtin_only=True, label="synchronous round every",
-                           help="eager_*: a synchronous round and model averaging every this many steps "
-                                "(0: only the last)")
+    resync_epochs: int = axis(10, builtin_only=True, label="resynchronise every (epochs)", hashed_when_default=False,
+                              help="eager_*: a synchronous round and model averaging at the end of every this many "
+                                   "epochs, as the eager-SGD authors' scripts (10), and at the last step; 0: only "
+                                   "the last; sync_every > 0 replaces it")
+    sync_every: int = axis(0, builtin_only=True, label="synchronous round every",
+                           help="eager_*: a synchronous round and model averaging every this many steps instead "
+                                "of resync_epochs (0: resync_epochs decides)")
+    eager_catch_up: str = axis("apply_all", builtin_only=True, label="catch-up", hashed_when_default=False,
+                               help="eager_*: a rank that missed rounds joins the round the others reached and "
+                                    "applies every missed result (apply_all: models stay identical) or only the "
+                                    "latest (latest: as the paper, drift until resync); lockstep: computes every "
+                                    "round (carries its delays)")
     compute: str = axis("real", builtin_only=True, summary=True, hashed_when_default=False,
                         help="real, or emulated: forward and backward are sleeps drawn from compute_profile, "
                              "everything that communicates stays real (workloads/emulation.py)")
@@ -140,6 +149,11 @@ class RunSpec:
     @property
     def global_batch_size(self) -> int:
         return self.batch_size * self.world_size
+
+    def resync_period(self, steps_per_epoch: int) -> int:
+        """eager-SGD's synchronous rounds, in steps: ``sync_every`` where set, else every
+        ``resync_epochs`` epochs (0: only the last step)."""
+        return self.sync_every if self.sync_every > 0 else self.resync_epochs * steps_per_epoch
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -157,7 +157,8 @@ def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock:
                           autotune=spec.autotune, engine_thread=spec.engine_thread,
                           timeline=spec.timeline, clock=clock.now, device=spec.device, seed=spec.seed,
                           data_path=resolve_data_path(spec.algorithm, spec.device, spec.data_path),
-                          sync_every=spec.sync_every, total_steps=sampler.steps_per_epoch() * spec.epochs,
+                          sync_every=spec.resync_period(sampler.steps_per_epoch()), catch_up=spec.eager_catch_up,
+                          total_steps=sampler.steps_per_epoch() * spec.epochs,
                           run_dir=str(run_dir))
     engine = build_gradient_sync(spec.algorithm, model, comm, options)
     engine.broadcast_parameters()
@@ -224,36 +225,52 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     engine = _gradient_sync(spec, model, comm, clock, sampler, run_dir)
     mark = StepClock(device)
     phases = dict.fromkeys(STEP_PHASES, 0.0)
-    step = samples_seen = 0
-    train_seconds = 0.0
+    per_epoch = sampler.steps_per_epoch()
+    total_steps = per_epoch * spec.epochs
+    step = gradients = samples_computed = evaluated = 0
+    eval_seconds = 0.0
     last_top1 = last_loss = float("nan")
+    batches, batches_of = [], -1
     comm.Barrier()
     wall_start = time.perf_counter()
     try:
-        for epoch in range(spec.epochs):
-            epoch_start = time.perf_counter()
-            for idx in sampler.epoch(epoch):
-                t_start = clock.now()
-                loss, marks = _timed_step(engine, data, idx, device, step, delays.seconds(step, rank), mark)
-                samples_seen += sampler.global_batch_size
-                record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
-                if spec.timeline:
-                    _write_step_events(writer, step, t_start, marks[0], marks[1:], engine.drain_events())
-                _write_rounds(writer, rank, engine.drain_rounds())
-                step += 1
-            train_seconds += time.perf_counter() - epoch_start
-            # an emulated run computes nothing worth scoring: its accuracy is not measured
-            last_top1, last_loss = (evaluate(engine.module, data, comm, device) if spec.compute == "real"
-                                    else (float("nan"), float("nan")))
-            if rank == 0:
-                writer.eval(epoch=epoch, wall=time.perf_counter() - wall_start, top1=last_top1, loss=last_loss,
-                            samples_seen=samples_seen)
+        # one step = one round of the job (every rank's model is updated once); a rank normally
+        # computes each, but eager-SGD lets a late rank go on at the round the others reached
+        # (engine.next_step): it computes fewer gradients than there are steps
+        while step < total_steps:
+            epoch, within = divmod(step, per_epoch)
+            if batches_of != epoch:
+                batches, batches_of = list(sampler.epoch(epoch)), epoch
+            idx = batches[within]
+            t_start = clock.now()
+            loss, marks = _timed_step(engine, data, idx, device, step, delays.seconds(step, rank), mark)
+            gradients += 1
+            samples_computed += len(idx)
+            record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
+            if spec.timeline:
+                _write_step_events(writer, step, t_start, marks[0], marks[1:], engine.drain_events())
+            _write_rounds(writer, rank, engine.drain_rounds())
+            step = min(engine.next_step(step), total_steps)
+            # every epoch this rank's steps have passed ends with an evaluation (a collective:
+            # every rank ends every epoch exactly once, whichever steps it computed)
+            while evaluated < step // per_epoch:
+                eval_start = time.perf_counter()
+                # an emulated run computes nothing worth scoring: its accuracy is not measured
+                last_top1, last_loss = (evaluate(engine.module, data, comm, device) if spec.compute == "real"
+                                        else (float("nan"), float("nan")))
+                eval_seconds += time.perf_counter() - eval_start
+                if rank == 0:
+                    writer.eval(epoch=evaluated, wall=time.perf_counter() - wall_start, top1=last_top1,
+                                loss=last_loss, samples_seen=(evaluated + 1) * per_epoch * sampler.global_batch_size)
+                evaluated += 1
     finally:
         engine.close()
+    train_seconds = time.perf_counter() - wall_start - eval_seconds
 
-    outcome = make_outcome(spec, comm, model, steps=step, samples=samples_seen, train_seconds=train_seconds,
-                           wall_start=wall_start, phases=phases, top1=last_top1, loss=last_loss,
-                           global_batch=sampler.global_batch_size)
+    outcome = make_outcome(spec, comm, model, steps=step, samples=comm.allreduce(samples_computed),
+                           train_seconds=train_seconds, wall_start=wall_start, phases=phases, top1=last_top1,
+                           loss=last_loss, global_batch=sampler.global_batch_size,
+                           gradients=comm.allreduce(gradients))
     decided = engine.run_metrics()
     if decided:
         outcome.summary["metrics"] = decided

@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHMS, DATA_PATHS, DATASETS, DEVICES, IMBALANCE_KINDS, MODELS,
+from workloads.registry import (ALGORITHMS, DATA_PATHS, DATASETS, DEVICES, EAGER_ALGORITHMS, EAGER_CATCH_UP,
+                                IMBALANCE_KINDS, MODELS,
                                 TUNABLE_ALGORITHMS, FactoryError, is_builtin, load_factory, resolve_data_path)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
@@ -387,7 +388,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         engine_thread=_bool("engine_thread", d("engine_thread")),
         timeline=_bool("timeline", d("timeline")),
         **placement,
+        resync_epochs=_int("resync_epochs", d("resync_epochs"), minimum=0),
         sync_every=_int("sync_every", d("sync_every"), minimum=0),
+        eager_catch_up=_choice("eager_catch_up", d("eager_catch_up"), EAGER_CATCH_UP),
         **_compute(c, workload["workload_kind"], model=model, batch_size=_int("batch_size", d("batch_size")),
                    threads_per_worker=threads // workers),
         params=_params(c.get("params")),
@@ -395,6 +398,12 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         **imbalance,
         **workload,
     )
+
+
+# Fields whose default changed, keyed as before in runs that do not read them, so that those
+# runs keep their keys: ``sync_every`` was 10 (steps) until eager-SGD's resynchronisation
+# period became ``resync_epochs``; only eager-SGD's runs read it.
+_KEYED_AS_BEFORE = {"sync_every": (10, EAGER_ALGORITHMS)}
 
 
 def run_key(spec: RunSpec) -> str:
@@ -407,6 +416,8 @@ def run_key(spec: RunSpec) -> str:
         if not f.identity:
             continue
         value = getattr(spec, f.name)
+        if f.name in _KEYED_AS_BEFORE and spec.algorithm not in _KEYED_AS_BEFORE[f.name][1]:
+            value = _KEYED_AS_BEFORE[f.name][0]
         if not f.hashed_when_default and value == f.default:
             continue
         semantic[f.name] = list(value) if isinstance(value, tuple) else value

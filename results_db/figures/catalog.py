@@ -142,7 +142,8 @@ CATALOG: tuple[FigureSpec, ...] = (
     FigureSpec("speedup_vs_delay", "Speedup over sync against the injected delay",
                "runs of sync and another algorithm at two injected delays or more",
                lambda ctx: derived.speedup_vs_delay(ctx.runs), draw.speedup_lines,
-               caption="Each algorithm's throughput divided by sync's at the same injected delay (imbalance.delay_ms), "
+               caption="Each algorithm's rounds per second (the paper's steps/s; throughput for runs recorded before "
+                       "rounds were counted) divided by sync's at the same injected delay (imbalance.delay_ms), "
                        "mean over repeats with its standard deviation scaled by sync's mean."),
     FigureSpec("step_time_breakdown", "Where a training step's time goes (mean per step, step 0 left out)",
                "step records", lambda ctx: data.step_time_breakdown(ctx.engine, ctx.runs), draw.stacked_phases,

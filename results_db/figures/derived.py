@@ -69,19 +69,23 @@ def _efficiency_vs_batch(sr: StudyRuns) -> pd.DataFrame:
 
 def speedup_vs_delay(sr: StudyRuns) -> pd.DataFrame:
     """Speedup over ``sync`` against the injected delay, one series per other algorithm
-    (and per setting of any other varying axis), from ``compare`` at each delay."""
+    (and per setting of any other varying axis), from ``compare`` at each delay: of rounds per
+    second (the paper's steps/s: an eager-SGD rank that skips the rounds it missed computes
+    fewer samples than the rounds stand for) where every run has it, else of throughput."""
     if "imbalance_delay_ms" not in sr.varying or "algorithm" not in sr.varying:
         return pd.DataFrame()
+    rounds = "rounds_per_second" in sr.runs and sr.runs["rounds_per_second"].notna().all()
+    metric = "rounds_per_second" if rounds else "throughput"
     try:
-        table = compare.compare_runs(sr.runs, "algorithm=sync")
+        table = compare.compare_runs(sr.runs, "algorithm=sync", metric=metric)
     except compare.CompareError:
         return pd.DataFrame()
     others = [a for a in sr.varying if a not in ("algorithm", "imbalance_delay_ms")]
     table = table.assign(series=[sr.label(row, ["algorithm", *others]) for _, row in table.iterrows()])
-    out = table[["series", "algorithm", "imbalance_delay_ms", "repeats", "throughput_mean",
-                 "baseline_throughput_mean", "speedup", "speedup_std"]]
+    out = table[["series", "algorithm", "imbalance_delay_ms", "repeats", f"{metric}_mean",
+                 f"baseline_{metric}_mean", "speedup", "speedup_std"]]
     out = out[out["algorithm"] != "sync"].sort_values(["series", "imbalance_delay_ms"]).reset_index(drop=True)
-    ids = sr.runs.loc[sr.runs["throughput"].notna() & sr.runs["imbalance_delay_ms"].isin(
+    ids = sr.runs.loc[sr.runs[metric].notna() & sr.runs["imbalance_delay_ms"].isin(
         out["imbalance_delay_ms"].tolist()), "run_id"]
     return used(out, ids) if not out.empty else out
 

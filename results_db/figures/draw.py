@@ -266,7 +266,7 @@ def speedup_lines(frame: pd.DataFrame, fig: Figure) -> None:
                     label=series_label(name, {name: hidden[series]} if series in hidden else {}),
                     **line_style(i, dashed=False))
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=(0, (4, 3)), label="sync (speedup 1)")
-    ax.set_ylabel("speedup over sync (throughput ratio)")
+    ax.set_ylabel("speedup over sync (rounds/s ratio)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     legend_beside(ax)

@@ -183,6 +183,7 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
     top1, loss_value = comm.bcast((top1, loss_value), root=SERVER)
     worker_steps = comm.bcast(steps_per_epoch * spec.epochs, root=SERVER)
     outcome = make_outcome(spec, comm, model, steps=worker_steps, samples=worker_steps * workers * spec.batch_size,
+                           gradients=worker_steps * workers,
                            train_seconds=train_seconds, wall_start=run.wall_start, phases=run.phases, top1=top1,
                            loss=loss_value, global_batch=workers * spec.batch_size)
     outcome.summary["data_path_used"] = "host_staging:mpi" if device.type == "cuda" else "mpi"

@@ -24,7 +24,8 @@ class SyncOptions:
     device: str = "cpu"
     data_path: str = "mpi"       # how the gradients travel (workloads/comm/data_path.py), already resolved
     seed: int = 0
-    sync_every: int = 10
+    sync_every: int = 10         # eager-SGD's synchronous rounds, in steps (train resolves resync_epochs)
+    catch_up: str = "apply_all"  # eager-SGD: what a rank that missed rounds does (EagerSGD)
     total_steps: int = 0
     run_dir: str | None = None   # where an engine may leave its own records (Horovod's autotune log)
 
@@ -74,6 +75,11 @@ class GradientSync(ABC):
     def step(self) -> None:
         assert self.optimizer is not None
         self.optimizer.step()
+
+    def next_step(self, step: int) -> int:
+        """The step this rank computes next: the one after ``step``, or, where the engine lets
+        a late rank join the round the others have reached (eager-SGD), that round."""
+        return step + 1
 
     def drain_events(self) -> list[dict[str, Any]]:
         """Timeline events recorded by the engine since the last call."""

@@ -14,8 +14,10 @@ it; the round is *activated* by
 On activation every rank joins the round's ``MPI_Iallreduce`` with what it holds:
 its fresh gradient, gradients that missed earlier rounds (stale), or zeros (null).
 A gradient that misses its round stays staged and joins the next round this rank
-takes part in, so nothing computed is ever dropped. Every rank joins every round
-exactly once, in order, so the collectives always match. Three extra values ride
+takes part in, so nothing computed is ever dropped. Every rank's progress thread joins
+every round exactly once, in order, so the collectives always match; the training
+thread may take several completed rounds' results at once (``round(catch_up=True)``)
+and go on at the round the others have reached, computing none of the rounds it missed. Three extra values ride
 along each contribution (fresh, stale, null flags) and sum to the round's counts.
 
 All of it runs in a progress thread per rank on its own communicator; it needs
@@ -105,12 +107,20 @@ class PartialAllreduce:
 
     # -- training thread --------------------------------------------------------------
 
-    def round(self, grad: np.ndarray, round_: int, synchronous: bool = False) -> RoundResult:
-        """Stage this step's gradient for round ``round_`` and return that round's result.
+    def round(self, grad: np.ndarray, round_: int, synchronous: bool = False,
+              catch_up: bool = False) -> list[RoundResult]:
+        """Stage this step's gradient for round ``round_``; the results this rank now takes.
 
         If the round was already activated without this rank's gradient, the gradient
-        stays staged for the next round (it will be stale there). ``synchronous`` must
-        be the same on every rank for a given round.
+        stays staged for the next round this rank's progress thread joins (stale there).
+        Without ``catch_up``: round ``round_``'s result alone (the rank then computes round
+        ``round_ + 1``, whether or not the others have finished it). With ``catch_up``: every
+        round from ``round_`` on that has completed, in order (the rank has missed them while it
+        computed, and goes on at the round after the last: the persistent schedules of the
+        paper, sec. 4.1, where a late process finds the latest result and joins the next
+        execution). ``synchronous`` must be the same on every rank for a given round; no rank
+        can pass a synchronous round it has not joined with a gradient of its own, so a catch-up
+        stops at it.
         """
         with self._cv:
             self._staged[: self.numel] += grad.reshape(-1)
@@ -124,7 +134,10 @@ class PartialAllreduce:
                 if self._error is not None:
                     raise RuntimeError(f"partial allreduce failed: {self._error}") from self._error
                 self._cv.wait(timeout=1.0)
-            return self._results.pop(round_)
+            taken = [self._results.pop(round_)]
+            while catch_up and taken[-1].round + 1 in self._results:
+                taken.append(self._results.pop(taken[-1].round + 1))
+            return taken
 
     def close(self) -> None:
         with self._cv:
