@@ -3,10 +3,10 @@
 #   bash scripts/test-version-ranges.sh parsl .venv-parsl-floor [pytest args]
 #   bash scripts/test-version-ranges.sh hydra .venv-hydra-floor [pytest args]
 # .ci/run runs them on the floors of pyproject.toml's ranges (the newest releases are .venv's,
-# where the whole suite runs). A subset, to keep CI's time (~6 min on 2 cores): every
-# Parsl-facing behaviour once (a packed Slurm sweep over virtual nodes, a failing rank, the PBS
-# Pro and Cobalt stand-ins packed, encryption, node loss, a killed driver, run placement, the
-# interchange, the version check); the Hydra suites whole, and local sweeps through Hydra's
+# where the whole suite runs). A subset, to keep CI's time (~5 min on 2 cores): every
+# Parsl-facing behaviour once (a packed Slurm sweep over virtual nodes, the PBS Pro and Cobalt
+# stand-ins packed, encryption, node loss, run placement, the interchange tied to the driver's
+# life, the version check); the Hydra suites whole, and local sweeps through Hydra's
 # resolver, its run_job and its errors (~1.5 min). A test that fails is run
 # once more on its own: it fails the run only if it fails again (reported either way), so one
 # flaky test does not decide a landing.
@@ -20,11 +20,8 @@ case "$KIND" in
       tests/test_placement.py tests/test_interchange.py tests/test_versions.py
       "tests/test_parsl_security.py::test_only_worker_pools_with_the_sweeps_keys_can_register"
       "tests/test_slurm.py::test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes"
-      "tests/test_slurm.py::test_one_failing_rank_ends_the_whole_srun_job"
       "tests/test_fake_schedulers.py::test_packed_sweep_through_scheduler_stand_in"
       "tests/reliability/test_node_lost.py::test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation"
-      "tests/reliability/test_driver_stopped_slurm.py::test_sigkill_ends_the_interchange_and_the_same_command_\
-cancels_the_allocation"
     ) ;;
   hydra) TESTS=(
       tests/test_sweep_compose.py tests/test_sweeper.py tests/test_launcher_conformance.py tests/test_versions.py

@@ -71,7 +71,7 @@ def _running_job(run_dir):
 def test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation(tmp_path):
     sweep_dir = tmp_path / "mr"
     cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "site=local_slurm", "study_name=node_lost", "nodes=2",
-           "workers_per_node=1", "workload.kind=command", "workload.command=[sleep,15]",
+           "workers_per_node=1", "workload.kind=command", "workload.command=[sleep,8]",
            f"hydra.sweep.dir={sweep_dir}"]
     driver = subprocess.Popen(cmd, cwd=tmp_path, env=env_with_bin({"PYTHONPATH": str(REPO)}), text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
