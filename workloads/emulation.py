@@ -37,6 +37,19 @@ from torch import nn
 PROFILE_SCHEMA = 1
 
 
+SHIPPED_PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def shipped_profile(name: str) -> Path | None:
+    """A profile shipped with scalestudy, named without a folder or ``.json``
+    (``compute_profile=paper_resnet50_p100``): the papers' settings, whose GPUs this machine
+    has not got (``workloads/profiles/``; each names where its times come from)."""
+    if "/" in name or name.endswith(".json"):
+        return None
+    path = SHIPPED_PROFILES / f"{name}.json"
+    return path if path.is_file() else None
+
+
 @dataclass(frozen=True)
 class ComputeProfile:
     """What a real run's compute cost: per recorded step and rank, forward and backward

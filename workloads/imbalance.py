@@ -3,6 +3,9 @@
 - ``injected`` (eager-SGD's scheme): each step an RNG seeded identically on all ranks
   picks ``ranks`` ranks, which sleep ``delay_ms``;
 - ``fixed``: one rank (``rank``, default the last) sleeps ``delay_ms`` every step;
+- ``shifted`` (the paper's severe imbalance, ResNet-32 on CIFAR-10, sec. 7.2.3): every rank
+  sleeps every step, P evenly spaced amounts up to ``delay_ms`` (``delay_ms`` k / P,
+  k = 1..P: 50 to 400 ms for 8 ranks at 400), the amounts shifted one rank on after each step;
 - ``exponential`` / ``lognormal``: every rank sleeps a random time with mean
   ``delay_ms`` (log-normal with shape ``sigma``), drawn per step and rank;
 - ``inherent``: no sleep; the work itself varies (an LSTM over sequences of
@@ -42,6 +45,8 @@ class DelayInjector:
             return d if rank in chosen else 0.0
         if self.kind == "fixed":
             return d if rank == self.rank % self.world_size else 0.0
+        if self.kind == "shifted":
+            return d * ((rank + step) % self.world_size + 1) / self.world_size
         rng = np.random.default_rng([self.seed, step, rank, 98])
         if self.kind == "exponential":
             return float(rng.exponential(d))

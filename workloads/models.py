@@ -137,6 +137,7 @@ _VOCAB = 32  # workloads.data.token_sequences
 _BUILDERS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "small_cnn": lambda shape, k: SmallCNN(shape[0], shape[1], shape[2], k),
     "resnet20": lambda shape, k: ResNet(BasicBlock, [3, 3, 3], [16, 32, 64], shape[0], k, stem=16),
+    "resnet32": lambda shape, k: ResNet(BasicBlock, [5, 5, 5], [16, 32, 64], shape[0], k, stem=16),
     "resnet50": lambda shape, k: ResNet(Bottleneck, [3, 4, 6, 3], [64, 128, 256, 512], shape[0], k, stem=64),
     "nt3": lambda shape, k: NT3(shape[-1], k),
     "lstm": lambda shape, k: LSTMClassifier(_VOCAB, k),

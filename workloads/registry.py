@@ -45,10 +45,10 @@ ALGORITHM_DATA_PATHS = {
 ALGORITHM_DEVICES = {a: DEVICES for a in ALGORITHMS}
 # algorithms with a cycle time that autotune=true chooses (sync: ours; horovod: HOROVOD_AUTOTUNE)
 TUNABLE_ALGORITHMS = ("sync", "horovod")
-IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "inherent")
+IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "shifted", "inherent")
 
 # model -> the kind of input it takes
-MODELS = {"small_cnn": "image", "resnet20": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence"}
+MODELS = {"small_cnn": "image", "resnet20": "image", "resnet32": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence"}
 # dataset -> (kind of samples, needs dataset_path)
 DATASETS = {
     "digits": ("image", False),

@@ -115,11 +115,11 @@ class RunSpec:
                                           help="compute=emulated: a profile file (scalestudy profile RUN_ID -o FILE)")
     # -- load imbalance ----------------------------------------------------------------------
     imbalance_kind: str = axis("none", builtin_only=True, label="imbalance", config="imbalance.kind",
-                               help="none, injected, fixed, exponential, lognormal, inherent")
+                               help="none, injected, fixed, exponential, lognormal, shifted, inherent")
     imbalance_ranks: int = axis(1, builtin_only=True, label="delayed ranks per step", config="imbalance.ranks",
                                 help="injected: ranks picked per step by an RNG shared by all ranks")
     imbalance_delay_ms: float = axis(0.0, builtin_only=True, label="injected delay (ms)", config="imbalance.delay_ms",
-                                     help="injected/fixed: the sleep; exponential/lognormal: its mean")
+                                     help="injected/fixed: the sleep; exponential/lognormal: its mean; shifted: the largest")
     imbalance_rank: int = axis(-1, builtin_only=True, label="slow rank", config="imbalance.rank",
                                help="fixed: the slow rank (-1: the last)")
     imbalance_sigma: float = axis(1.0, builtin_only=True, label="imbalance sigma", config="imbalance.sigma",

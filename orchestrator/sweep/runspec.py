@@ -205,8 +205,9 @@ def _compute(c: dict[str, Any], workload_kind: str, **run: Any) -> dict[str, Any
     if not isinstance(profile, str) or not profile:
         raise ConfigError("compute_profile", profile, "compute=emulated needs a profile file "
                           "(make one from a real run: scalestudy profile RUN_ID -o FILE)")
-    from workloads.emulation import ComputeProfile
+    from workloads.emulation import ComputeProfile, shipped_profile
 
+    profile = str(shipped_profile(profile) or profile)
     try:
         loaded = ComputeProfile.load(profile)
     except ValueError as exc:

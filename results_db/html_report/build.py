@@ -16,7 +16,7 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine
 
-from .. import query
+from .. import paper_claims, query
 from ..store import safe_url
 from ..figures import catalog, data
 from ..figures.notes import emulation_note, grid_notes, oversubscription_note
@@ -97,6 +97,8 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
                          f"({page.baseline_words(chosen)}) with the same other settings.")
     failures = tables.failures(planned, sr)
     prov = provenance.collect(engine, study, db_url, where)
+    finished_runs = planned[planned["status"] == "done"] if "status" in planned else planned
+    paper = paper_claims.paper_vs_run(finished_runs, study)
 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -113,13 +115,15 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     timelines = write_timelines(engine, out / TIMELINE_DIR, [int(i) for i in planned["run_id"]] if not planned.empty
                                 else [], labels=_labels(planned))
     _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
+    if not paper.empty:
+        _atomic(out / "paper-vs-this-run.csv", lambda tmp: paper.to_csv(tmp, index=False))
     axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
     html = page.render(
         out, study=study, summary=_summary(planned), where=_where_text(where), axes=axes, table=configurations,
         varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
         figures=[_figure_entry(r) for r in results if not r.skipped],
         skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
-        failures=failures, provenance=prov, timelines=timelines)
+        failures=failures, provenance=prov, timelines=timelines, paper=paper)
     index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return Report(index, tuple(results), configurations, failures)
 

@@ -109,7 +109,7 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
 def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.DataFrame, table: pd.DataFrame,
            varying: list[str], baseline: str | None, table_notes: list[str], figures: list[dict],
            skipped: list[dict], failures: pd.DataFrame, provenance: Provenance,
-           timelines: list[dict] | None = None) -> str:
+           timelines: list[dict] | None = None, paper: pd.DataFrame | None = None) -> str:
     heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
     legend = ("Throughput, speedup and accuracy are the mean ± standard deviation over a configuration's "
               "repeats (runs that differ only in seed or repeat index). Efficiency is speedup × baseline ranks "
@@ -122,4 +122,15 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
         study=study, summary=summary, where=where, axes=axes_rows, fixed=fixed, table_notes=table_notes,
         config_heads=heads,
         configurations=rows, config_legend=legend, figures=figures, skipped=skipped,
-        failures=failures.to_dict("records"), provenance=provenance, timelines=timelines or [])
+        failures=failures.to_dict("records"), provenance=provenance, timelines=timelines or [],
+        paper=_paper_rows(paper))
+
+
+def _paper_rows(paper: pd.DataFrame | None) -> list[dict]:
+    """The claims beside this study's numbers, formatted (a speedup as 1.29x, an accuracy in %)."""
+    if paper is None or paper.empty:
+        return []
+    def show(value, metric):
+        return "-" if _missing(value) else (f"{value:.2f}x" if metric == "speedup" else f"{100 * value:.1f} %")
+    return [{**r, "paper_text": show(r["paper"], r["metric"]), "this_run_text": show(r["this_run"], r["metric"])}
+            for r in paper.to_dict("records")]
