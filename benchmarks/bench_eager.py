@@ -95,6 +95,9 @@ def main() -> None:
     def spec(algorithm: str, delay_ms: float, seed: int) -> dict:
         return {"algorithm": algorithm, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
                 "epochs": epochs, "steps_per_epoch": per_epoch, "sync_every": args.sync_every, "seed": seed,
+                # the bounds below are lock-step's (every rank computes every step); catch-up, the
+                # default since 2026-12-04, skips rounds and is measured by bench_eager_catch_up.py
+                "eager_catch_up": "lockstep",
                 "momentum": 0.0 if algorithm == "async_ps" else 0.9,
                 "imbalance_kind": "injected" if delay_ms else "none", "imbalance_ranks": 1,
                 "imbalance_delay_ms": delay_ms}

@@ -125,3 +125,15 @@ def test_a_database_written_before_the_exit_is_closed_without_wal_files(tmp_path
     import sqlite3
 
     assert sqlite3.connect(tmp_path / "db.sqlite").execute("select x from t").fetchall() == [(1,)]
+
+
+def test_version_names_this_release_and_what_it_drives(tmp_path):
+    from importlib import metadata
+
+    from conftest import scalestudy
+
+    proc = scalestudy("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    for name in ("scalestudy", "parsl", "hydra-core", "torch"):
+        assert f"{name} {metadata.version(name)}" in proc.stdout
+    assert "--version" in scalestudy("--help", cwd=tmp_path).stdout

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .common import db_url_from, fail
 
-USAGE = """scalestudy <command> [options]
+USAGE = """scalestudy <command> [options]       (scalestudy --version: this release and its Parsl, Hydra)
 
 commands:
   sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
@@ -57,11 +57,29 @@ def _command(name: str):
     return getattr(importlib.import_module(f"{__name__}.{module}"), function)
 
 
+def version_line() -> str:
+    """This release and the releases of what it drives, read from the installed packages'
+    metadata (nothing imported: the answer is instant)."""
+    from importlib import metadata
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return " ".join(f"{name} {installed(name)}" for name in
+                    ("scalestudy", "parsl", "hydra-core", "torch", "mpi4py", "sqlalchemy"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(version_line())
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
