@@ -101,3 +101,16 @@ def test_sweep_help_is_ours(tmp_path):
                   "horovod_scaling", "params.NAME", "workload.command", "imbalance.delay_ms [0.0]", "momentum [0.9]"):
         assert words in out.stdout, words
     assert "Powered by Hydra" not in out.stdout
+
+
+@pytest.mark.parametrize("command", [["query"], ["compare", "--baseline", "algorithm=sync"]])
+def test_an_unknown_study_is_one_line_and_exit_2_naming_the_studies_there(tmp_path, command):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    register_runs(connect(url), "mine", [PlannedRun("k", RunSpec(study="mine").to_dict(), str(tmp_path / "run"))])
+    proc = scalestudy(*command, "--study", "nosuch", "--db", url, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("scalestudy: error: --study 'nosuch': no such study in this database; "
+                                   "studies here: mine")
+    if command == ["query"]:   # the study that is there: its (pending) run, exit 0
+        known = scalestudy("query", "--study", "mine", "--db", url, "--format", "csv", cwd=tmp_path)
+        assert known.returncode == 0 and "pending" in known.stdout

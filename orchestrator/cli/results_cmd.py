@@ -126,6 +126,9 @@ def query(argv: Sequence[str]) -> int:
             raise ValueError("--columns and --group-by together: a grouped table's columns are the group-by axes "
                              "and the --agg results")
         engine = open_for_reading(args.db)
+        from results_db.query import check_study
+
+        check_study(engine, args.study)
         if args.group_by:
             metrics = {}
             for spec in args.agg or ["throughput:count,mean,std"]:
@@ -167,8 +170,9 @@ def compare(argv: Sequence[str]) -> int:
     from ..terminal.output import render
 
     try:
-        frame = compare.compare(open_for_reading(args.db), args.baseline, study=args.study, metric=args.metric,
-                                where=args.where)
+        engine = open_for_reading(args.db)
+        query.check_study(engine, args.study)
+        frame = compare.compare(engine, args.baseline, study=args.study, metric=args.metric, where=args.where)
         render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
