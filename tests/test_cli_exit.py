@@ -137,3 +137,12 @@ def test_version_names_this_release_and_what_it_drives(tmp_path):
     for name in ("scalestudy", "parsl", "hydra-core", "torch"):
         assert f"{name} {metadata.version(name)}" in proc.stdout
     assert "--version" in scalestudy("--help", cwd=tmp_path).stdout
+
+
+def test_reruns_help_says_earlier_results_are_kept(tmp_path):
+    """--rerun records a new attempt and keeps the earlier ones (tests/reliability: attempts);
+    its help said they were replaced."""
+    from conftest import scalestudy
+
+    text = " ".join(scalestudy("sweep", "--help", cwd=tmp_path).stdout.split())
+    assert "the earlier results are kept" in text and "replaced" not in text

@@ -114,3 +114,16 @@ def test_an_unknown_study_is_one_line_and_exit_2_naming_the_studies_there(tmp_pa
     if command == ["query"]:   # the study that is there: its (pending) run, exit 0
         known = scalestudy("query", "--study", "mine", "--db", url, "--format", "csv", cwd=tmp_path)
         assert known.returncode == 0 and "pending" in known.stdout
+
+
+def test_compare_without_a_baseline_takes_the_reports_default(engine, tmp_path):
+    """The report's default (the fewest nodes, here nodes=1), said on stderr; the same table as
+    with --baseline nodes=1."""
+    url = engine.url.render_as_string(hide_password=False)
+    chosen = scalestudy("compare", "--study", "cmp", "--db", url, "--format", "csv", cwd=tmp_path)
+    given = scalestudy("compare", "--study", "cmp", "--db", url, "--format", "csv", "--baseline", "nodes=1",
+                       cwd=tmp_path)
+    assert chosen.returncode == 0 and given.returncode == 0, chosen.stderr
+    assert "baseline: nodes=1 (the default" in chosen.stderr and chosen.stdout == given.stdout
+    bare = scalestudy("compare", "--db", url, cwd=tmp_path)
+    assert bare.returncode == 2 and "--baseline AXIS=VALUE, or --study NAME" in bare.stderr

@@ -157,7 +157,9 @@ def compare(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="scalestudy compare",
                                      description="Speedup and efficiency of each configuration against a baseline.")
     parser.add_argument("--study", default=None)
-    parser.add_argument("--baseline", required=True, help="AXIS=VALUE, e.g. algorithm=sync or nodes=1")
+    parser.add_argument("--baseline", default=None,
+                        help="AXIS=VALUE, e.g. algorithm=sync or nodes=1 (default: as the report chooses: the "
+                             "fewest nodes, else sync, else the smallest other resource swept)")
     parser.add_argument("--metric", default="throughput", help="a numeric run column (default: throughput)")
     parser.add_argument("--where", action="append", default=None)
     parser.add_argument("--format", choices=FORMATS, default="table")
@@ -172,8 +174,19 @@ def compare(argv: Sequence[str]) -> int:
     try:
         engine = open_for_reading(args.db)
         query.check_study(engine, args.study)
-        frame = compare.compare(engine, args.baseline, study=args.study, metric=args.metric, where=args.where)
-        render(frame, args.format, title=f"{args.metric} vs {args.baseline}", out=args.out)
+        baseline = args.baseline
+        if baseline is None:
+            if not args.study:
+                raise ValueError("--baseline AXIS=VALUE, or --study NAME to have the report's default baseline")
+            from results_db.figures.data import load_study
+            from results_db.html_report.tables import default_baseline
+
+            baseline = default_baseline(load_study(engine, args.study, args.where))
+            if baseline is None:
+                raise ValueError(f"study {args.study!r} sweeps no axis to compare against: give --baseline AXIS=VALUE")
+            print(f"baseline: {baseline} (the default; --baseline AXIS=VALUE chooses another)", file=sys.stderr)
+        frame = compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where)
+        render(frame, args.format, title=f"{args.metric} vs {baseline}", out=args.out)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0
