@@ -20,6 +20,9 @@ def sweep(argv: Sequence[str]) -> int:
     if "--help" in args or "-h" in args:
         print(sweep_help(args))
         return 0
+    refused = refused_argument(args)
+    if refused:
+        return fail(refused)
     # Run folders, logs, specs and the SQLite file are the user's alone: login nodes are shared
     # (batch jobs set the same umask in their set-up; README, "Files and permissions").
     os.umask(0o077)
@@ -113,6 +116,41 @@ def _exit_status() -> int:
               f"scalestudy status --study {ended.study} --failed", file=sys.stderr)
         return 1
     return 0
+
+
+# Hydra's own flags (hydra/_internal/utils.py get_args_parser, documented in `--hydra-help`), and ours
+_HYDRA_FLAGS = ("--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--run", "-r",
+                "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
+                "--config-dir", "-cd", "--experimental-rerun", "--info", "-i")
+_OUR_FLAGS = ("--rerun", "--dry-run", "--detach")
+_TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
+                "-cd", "--experimental-rerun", "--info", "-i")
+
+
+def refused_argument(args: Sequence[str]) -> str | None:
+    """One line for what Hydra would answer with its whole usage or a hint that does not apply:
+    a flag neither we nor Hydra know, a word that is no KEY=VALUE, and a choice of Hydra's
+    launcher or sweeper (ours submit, record and resume the runs: another would bypass them)."""
+    after_flag = False
+    for arg in args:
+        if after_flag:
+            after_flag = False
+            continue
+        if arg.startswith("-"):
+            name = arg.split("=", 1)[0]
+            if name not in _HYDRA_FLAGS + _OUR_FLAGS:
+                return (f"unknown flag {arg!r}; sweep's flags: --rerun, --dry-run, --detach, --config-dir DIR, "
+                        "--cfg job (scalestudy sweep --help)")
+            after_flag = name in _TAKES_VALUE and "=" not in arg
+            continue
+        key = arg.split("=", 1)[0].removeprefix("override ").lstrip("+~")
+        if key in ("hydra/launcher", "hydra/sweeper"):
+            return (f"{arg}: scalestudy's sweeps run through its own Hydra {key.split('/')[1]} (it submits, records "
+                    "and resumes the runs); choose where runs go with site=NAME (scalestudy sites lists them)")
+        if "=" not in arg and not arg.startswith("~"):   # ~KEY: Hydra's deletion
+            return (f"{arg!r}: an override is KEY=VALUE (e.g. nodes=2 or study=eager_sgd); scalestudy sweep --help "
+                    "lists the keys")
+    return None
 
 
 def one_line(exc: BaseException) -> str:

@@ -45,6 +45,11 @@ CASES = [
     (["nodes=9"], "site local allows at most 8 nodes"),
     (["site={slurm}", "walltime=02:00:00"], "allows at most 01:00:00"),
     (["site={slurm}", "threads_per_node=4", "workers_per_node=1"], "nodes have 2 hardware threads"),
+    # what Hydra would answer with its whole usage, or a hint that does not apply (issue 39)
+    (["hydra/launcher=basic"], "hydra/launcher=basic: scalestudy's sweeps run through its own Hydra launcher"),
+    (["hydra/sweeper=basic"], "its own Hydra sweeper"),
+    (["--bogus-flag"], "unknown flag '--bogus-flag'; sweep's flags: --rerun"),
+    (["foo"], "'foo': an override is KEY=VALUE"),
     # malformed files
     (["site={bad_yaml}"], "not valid YAML"),
     (["--config-dir", "{conf}", "study=broken"], "{conf}/study/broken.yaml, line 3: not valid YAML"),
