@@ -56,3 +56,28 @@ def test_a_small_sweep_in_a_terminal_keeps_its_run_lines():
     progress.done("#0 a", "12 samples/s", running=1)
     progress.stop()
     assert "done  #0 a: 12 samples/s" in _text(out)
+
+
+def test_a_runs_line_shows_every_key_its_sweep_varies():
+    """The eager_sgd study sweeps the injected delay: its lines, alike before, now differ."""
+    from orchestrator.sweep.progress import run_label, varying_keys
+    from workloads.spec import RunSpec
+
+    specs = [RunSpec(algorithm=a, imbalance_kind="injected", imbalance_delay_ms=d, seed=0)
+             for a in ("sync", "eager_solo") for d in (50.0, 100.0)]
+    swept = varying_keys(specs)
+    assert swept == ["algorithm", "imbalance_delay_ms"]
+    labels = [run_label(s, swept) for s in specs]
+    assert len(set(labels)) == 4
+    assert labels[1].endswith("algorithm=sync imbalance.delay_ms=100.0")
+    assert run_label(specs[0]) == "nodes=1 workers_per_node=1 threads_per_node=1 batch_size=32 algorithm=sync"
+
+
+def test_the_dry_run_of_the_eager_study_shows_the_swept_delay(tmp_path):
+    from conftest import scalestudy
+
+    proc = scalestudy("sweep", "study=eager_sgd", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+    assert len(lines) == 12 and len(set(lines)) == 12
+    assert sum("imbalance.delay_ms=200.0" in line for line in lines) == 4

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Iterable, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from workloads.spec import RunSpec
+from workloads.spec import FIELD, FIELDS, RunSpec
 
 from ..terminal.tables import duration_text
 
@@ -22,16 +23,28 @@ from ..terminal.tables import duration_text
 RUN_LINES_UP_TO = 50
 
 
-def run_label(spec: RunSpec) -> str:
-    """A run in the progress lines: its size, what it trains (or runs), its free parameters."""
+def run_label(spec: RunSpec, swept: Sequence[str] = ()) -> str:
+    """A run in the progress lines and the dry run: its size, what it trains (or runs), its
+    free parameters, and every other key its sweep varies (``swept``: ``varying_keys``), so
+    that no two lines of one sweep read alike (the injected delay of an imbalance study)."""
     size = f"nodes={spec.nodes} workers_per_node={spec.workers_per_node} threads_per_node={spec.threads_per_node}"
+    shown = {"nodes", "workers_per_node", "threads_per_node", "params"}
     if spec.workload_kind == "command":
         what = f"command={Path(spec.command[0]).name}"
+        shown.add("command")
     else:
         what = f"batch_size={spec.batch_size} algorithm={spec.algorithm}" + \
             ("" if spec.model in ("small_cnn",) else f" model={spec.model}")
+        shown.update(("batch_size", "algorithm", "model"))
     params = "".join(f" params.{k}={v}" for k, v in spec.params.items())
-    return f"{size} {what}{params}"
+    more = "".join(f" {FIELD[name].config or name}={getattr(spec, name)}" for name in swept if name not in shown)
+    return f"{size} {what}{more}{params}"
+
+
+def varying_keys(specs: Iterable[RunSpec]) -> list[str]:
+    """The spec fields whose values differ between these runs (in the registry's order)."""
+    specs = list(specs)
+    return [f.name for f in FIELDS if f.identity and len({repr(getattr(s, f.name)) for s in specs}) > 1]
 
 
 def headline(result: dict) -> str:

@@ -40,7 +40,7 @@ from .database_outages import DatabaseWrites
 from .job_returns import job_error
 from .observer import LaunchPlan, SweepJob
 from .outcome import SweepOutcome, hand_over
-from .progress import SweepProgress, headline, run_label
+from .progress import SweepProgress, headline, run_label, varying_keys
 from .provenance import provenance
 from .retry_policy import INGEST, NODE_LOST, SETUP_FAILURE, STATUS, NodeLost, RetryPolicy, classify
 from .runspec import run_key
@@ -89,9 +89,10 @@ class SweepRecorder:
         self.site, self.retry_policy = admitted.site, admitted.retry_policy
         self.predicted = {i: s for i, s in admitted.prediction.seconds.items() if s is not None}
         self.jobs_dir = jobs[0].output_dir.parent if jobs else None
+        swept = varying_keys(admitted.specs)
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
-            self.labels[job.idx] = run_label(spec)
+            self.labels[job.idx] = run_label(spec, swept)
         plan = LaunchPlan(site=admitted.site, submit=[False] * len(jobs), batch_jobs=admitted.batch_jobs,
                           launcher_options={j.idx: launch_flags(admitted.site, s.threads_per_worker,
                                                                 s.workers_per_node, s.device)
