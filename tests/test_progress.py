@@ -81,3 +81,13 @@ def test_the_dry_run_of_the_eager_study_shows_the_swept_delay(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("#")]
     assert len(lines) == 12 and len(set(lines)) == 12
     assert sum("imbalance.delay_ms=200.0" in line for line in lines) == 4
+
+
+def test_a_study_named_on_the_command_line_says_which_preset_it_is_built_on(tmp_path):
+    from conftest import scalestudy
+
+    named = scalestudy("sweep", "study_name=mine", "--dry-run", f"hydra.sweep.dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert named.returncode == 0, named.stderr[-2000:]
+    assert "study mine: built on the smoke preset" in named.stdout + named.stderr
+    preset = scalestudy("sweep", "study=eager_sgd", "--dry-run", f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert preset.returncode == 0 and "preset" not in preset.stdout + preset.stderr

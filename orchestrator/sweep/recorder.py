@@ -89,6 +89,7 @@ class SweepRecorder:
         self.site, self.retry_policy = admitted.site, admitted.retry_policy
         self.predicted = {i: s for i, s in admitted.prediction.seconds.items() if s is not None}
         self.jobs_dir = jobs[0].output_dir.parent if jobs else None
+        inherited_preset_note(self.config, admitted.specs, self.console)
         swept = varying_keys(admitted.specs)
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
@@ -393,3 +394,15 @@ class SweepRecorder:
             self.console.print(f"[yellow]{len(self.not_ingested)} finished run(s) are not in the database yet; when "
                                f"it is back: scalestudy ingest {' '.join(folders)}[/yellow]")
         self.engine.dispose()
+
+
+def inherited_preset_note(config: DictConfig, specs: Sequence[RunSpec], console: Console) -> None:
+    """A study named on the command line (study_name=mine) is still built on a preset, the
+    default's (smoke) unless study=NAME chooses one: its grid and its settings apply. Said in a
+    line, not left to be found in the results."""
+    preset = OmegaConf.select(config, "hydra.runtime.choices.study")
+    names = {s.study for s in specs}
+    if preset and names and names != {preset}:
+        console.print(f"study {', '.join(sorted(names))}: built on the {preset} preset (its sweep grid and settings, "
+                      f"orchestrator/sweep/conf/study/{preset}.yaml, apply where the command line does not set "
+                      "them); study=NAME builds on another")
