@@ -91,3 +91,12 @@ def test_a_study_named_on_the_command_line_says_which_preset_it_is_built_on(tmp_
     assert "study mine: built on the smoke preset" in named.stdout + named.stderr
     preset = scalestudy("sweep", "study=eager_sgd", "--dry-run", f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
     assert preset.returncode == 0 and "preset" not in preset.stdout + preset.stderr
+
+
+def test_a_finished_runs_numbers_read_as_in_the_tables():
+    from orchestrator.sweep.progress import headline
+    from orchestrator.terminal.tables import cell
+
+    line = headline({"throughput": 14530.2, "final_top1": 0.91234, "metrics": {"loss": 6573.4, "ok": True}})
+    assert line == "14530 samples/s, top-1 0.912, loss 6573"
+    assert cell(14530.2) == "14530" and cell(0.000123456) == "0.0001235" and "e+" not in line

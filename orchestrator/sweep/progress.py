@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workloads.spec import FIELD, FIELDS, RunSpec
 
-from ..terminal.tables import duration_text
+from ..terminal.tables import cell, duration_text
 
 
 # above this many runs a terminal shows only the live line (and failures)
@@ -48,13 +48,15 @@ def varying_keys(specs: Iterable[RunSpec]) -> list[str]:
 
 
 def headline(result: dict) -> str:
-    """A finished run in a few words: throughput, accuracy, the metrics a command reported."""
+    """A finished run in a few words: throughput, accuracy, the metrics a command reported;
+    numbers as the tables show them (``terminal.tables.cell``: 4 digits, no exponent)."""
     parts = []
     if result.get("throughput") is not None:
-        parts.append(f"{result['throughput']:.4g} samples/s")
+        parts.append(f"{cell(float(result['throughput']))} samples/s")
     if result.get("final_top1") is not None:
         parts.append(f"top-1 {result['final_top1']:.3f}")
-    parts.extend(f"{k} {v:.4g}" for k, v in (result.get("metrics") or {}).items() if isinstance(v, (int, float)))
+    parts.extend(f"{k} {cell(float(v))}" for k, v in (result.get("metrics") or {}).items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool))
     return ", ".join(parts) or "done"
 
 
