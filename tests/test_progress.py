@@ -100,3 +100,20 @@ def test_a_finished_runs_numbers_read_as_in_the_tables():
     line = headline({"throughput": 14530.2, "final_top1": 0.91234, "metrics": {"loss": 6573.4, "ok": True}})
     assert line == "14530 samples/s, top-1 0.912, loss 6573"
     assert cell(14530.2) == "14530" and cell(0.000123456) == "0.0001235" and "e+" not in line
+
+
+def test_oversubscription_is_said_once_at_sweep_time(tmp_path):
+    """On this host (2 CPUs here): a 4-rank run is more threads than CPUs, a 1-rank run is not."""
+    import os
+
+    from conftest import scalestudy
+
+    cpus = len(os.sched_getaffinity(0))
+    crowded = scalestudy("sweep", "study_name=o", f"workers_per_node={cpus * 2}", "nodes=1", "--dry-run",
+                         f"hydra.sweep.dir={tmp_path / 'a'}", cwd=tmp_path)
+    assert crowded.returncode == 0, crowded.stderr[-2000:]
+    said = (crowded.stdout + crowded.stderr).count("their ranks share cores")
+    assert said == 1
+    alone = scalestudy("sweep", "study_name=o", "workers_per_node=1", "nodes=1", "--dry-run",
+                       f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
+    assert "share cores" not in alone.stdout + alone.stderr

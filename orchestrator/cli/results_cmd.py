@@ -219,18 +219,21 @@ def figures(argv: Sequence[str]) -> int:
 
     out = Path(args.out or Path("figures") / args.study)
     split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
+    only = split(args.only) if args.only else None
     url = resolve_db_url(args.db)
 
+    notes: dict[str, list[str]] = {}   # a note -> the figures it applies to: said once, after them
+
     def report(result) -> None:
-        if result.skipped:
+        if result.skipped and only:   # asked for by name: why not, each
             print(f"  skipped {result.name}: {result.skipped}")
-        else:
+        elif not result.skipped:
             print(f"  drew    {result.name} ({result.rows} rows): {', '.join(p.name for p in result.files)}")
             for note in result.notes:
-                print(f"          note: {note}")
+                notes.setdefault(note, []).append(result.name)
 
     try:
-        formats, only = split(args.format), (split(args.only) if args.only else None)
+        formats = split(args.format)
         check_choices(formats, only)
         engine = open_for_reading(url)
         print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
@@ -240,8 +243,14 @@ def figures(argv: Sequence[str]) -> int:
         return fail(str(exc))
     except OSError as exc:
         return fail(f"cannot write figures into {out}: {exc.strerror or exc}")
+    for note, names in notes.items():
+        print(f"note ({', '.join(names)}): {note}")
     drawn = sum(1 for r in results if not r.skipped)
-    print(f"{drawn} figure(s) drawn, {len(results) - drawn} skipped; manifest: {out / 'manifest.json'}")
+    skipped = [r.name for r in results if r.skipped]
+    print(f"{drawn} figure(s) drawn, {len(skipped)} skipped; manifest: {out / 'manifest.json'}")
+    if skipped and not only:
+        print(f"skipped, for want of what they draw: {', '.join(skipped)} (`scalestudy figures --list` says what "
+              "each needs; the manifest says why each was skipped)")
     return 0 if drawn else 1
 
 

@@ -90,6 +90,7 @@ class SweepRecorder:
         self.predicted = {i: s for i, s in admitted.prediction.seconds.items() if s is not None}
         self.jobs_dir = jobs[0].output_dir.parent if jobs else None
         inherited_preset_note(self.config, admitted.specs, self.console)
+        oversubscription_note(admitted.site, admitted.specs, self.console)
         swept = varying_keys(admitted.specs)
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
@@ -406,3 +407,21 @@ def inherited_preset_note(config: DictConfig, specs: Sequence[RunSpec], console:
         console.print(f"study {', '.join(sorted(names))}: built on the {preset} preset (its sweep grid and settings, "
                       f"orchestrator/sweep/conf/study/{preset}.yaml, apply where the command line does not set "
                       "them); study=NAME builds on another")
+
+
+def oversubscription_note(site: SiteConfig, specs: Sequence[RunSpec], console: Console) -> None:
+    """Said once, before anything runs, where every rank of a run shares this host (the local
+    site, a cluster of virtual nodes): runs that put more threads on it than it has CPUs time
+    the sharing as much as the algorithm (the figures and the report say it again, per page)."""
+    if site.scheduler.batch_jobs and not site.shared_host:
+        return
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        cpus = os.cpu_count() or 1
+    crowded = [s for s in specs if s.world_size * s.threads_per_worker > cpus]
+    if crowded:
+        most = max(s.world_size * s.threads_per_worker for s in crowded)
+        console.print(f"note: {len(crowded)} of these {len(specs)} runs put up to {most} threads on this host's "
+                      f"{cpus} CPUs: their ranks share cores, so their times measure the sharing as much as the "
+                      "algorithm (fine for checking a study, not for its numbers)")
