@@ -12,7 +12,7 @@ import re
 from .schema import runs_table
 
 # the states a run ends in when it did not finish well (status --failed, the report's failures)
-FAILED_STATES = ("failed", "timeout", "partial", "lost")
+FAILED_STATES = ("failed", "timeout", "partial", "lost", "interrupted")
 
 # bookkeeping columns a reader never needs (the whole spec is in ``config`` and the columns)
 _HIDDEN = ("id", "study_id", "spec", "driver", "heartbeat", "ingested_at")

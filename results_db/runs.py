@@ -265,8 +265,9 @@ def mark_running(engine: Engine, run_ids: Iterable[int], job_ids: dict[int, str]
 
 def mark_failed(engine: Engine, run_id: int, error: str, status: str = "failed", job_id: str | None = None,
                 driver: str | None = None) -> bool:
-    """``status``: ``failed``, ``timeout`` for a run stopped at its time limit, or ``lost`` for
-    one whose batch job or node died under it (``job_id``: that batch job). With ``driver``, only
+    """``status``: ``failed``, ``timeout`` for a run stopped at its time limit, ``lost`` for
+    one whose batch job or node died under it (``job_id``: that batch job), or ``interrupted``
+    for one its sweep stopped (Ctrl-C, the driver told to end) before it ended. With ``driver``, only
     while the run is still that sweep's (not taken over by another); False if it was not."""
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id)
@@ -297,7 +298,7 @@ def set_run_dir(engine: Engine, run_id: int, run_dir: str) -> None:
 
 # the states ``status`` always shows, in order, then any other a database holds
 _USUAL_STATES = ("pending", "running", "done", "failed")
-_STATE_ORDER = ("pending", "running", "done", "partial", "failed", "timeout", "lost")
+_STATE_ORDER = ("pending", "running", "done", "partial", "failed", "timeout", "lost", "interrupted")
 
 
 def status_table(engine: Engine, study: str | None = None) -> tuple[list[str], list[list[Any]]]:

@@ -72,7 +72,8 @@ runs_table = Table(
     # a timeout or a lost node): measurements are data. ``latest`` marks the one readers see by default.
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     Column("latest", Boolean, nullable=False, server_default=true()),
-    # pending, running, done, partial (metrics cut off mid-line), failed, timeout, lost (its node died)
+    # pending, running, done, partial (metrics cut off mid-line), failed, timeout, lost (its node died),
+    # interrupted (its sweep stopped before it ended: Ctrl-C; resumed by the same command)
     Column("status", String(16), nullable=False, index=True),
     *field_columns(),
     Column("world_size", Integer, nullable=False),

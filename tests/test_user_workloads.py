@@ -339,5 +339,5 @@ def test_ctrl_c_stops_the_sweep_and_its_runs_in_seconds(tmp_path):
     assert err.strip().splitlines()[-1] == "interrupted: 0 runs done, 2 stopped; rerun the same command to resume"
     assert "Traceback" not in err and "this sweep's runs" not in out
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout.split() == []
-    assert {r.status for r in _runs(tmp_path / "scalestudy.db")} == {"failed"}
+    assert {r.status for r in _runs(tmp_path / "scalestudy.db")} == {"interrupted"}   # not "failed" (issue 39)
     assert all("interrupted" in r.error for r in _runs(tmp_path / "scalestudy.db"))

@@ -378,7 +378,7 @@ class SweepRecorder:
             self.progress.stop()
         for idx in sorted(self.submitted - self.ended):  # the sweep stopped early (Ctrl-C, lost workers)
             self.db.write("recording interrupted runs", mark_failed, self.engine, self.run_ids[idx],
-                          "interrupted: the sweep stopped before this run ended")
+                          "interrupted: the sweep stopped before this run ended", status="interrupted")
         study = OmegaConf.select(self.config, "study_name")
         outcome = SweepOutcome(study=study, submitted=len(self.submitted), failed=len(self.failed),
                                done=len(self.ended - self.failed - self.not_ingested),
