@@ -117,3 +117,26 @@ def test_oversubscription_is_said_once_at_sweep_time(tmp_path):
     alone = scalestudy("sweep", "study_name=o", "workers_per_node=1", "nodes=1", "--dry-run",
                        f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
     assert "share cores" not in alone.stdout + alone.stderr
+
+
+def test_a_summary_of_runs_fits_80_columns_without_cutting_a_cell():
+    """The smoke study's summary at 80 columns showed every cell as 's…', '1…' (issue 39): the
+    columns with one value in every row go to the caption, headers are short, cells wrap."""
+    from orchestrator.terminal.output import SUMMARY_COLUMNS
+    from orchestrator.terminal.tables import cell, rows_table
+
+    columns = list(SUMMARY_COLUMNS)
+    rows = []
+    for i, (nodes, workers) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)]):
+        values = {"run_id": i + 1, "study": "smoke", "status": "done", "nodes": nodes, "workers_per_node": workers,
+                  "threads_per_node": workers, "batch_size": 32, "algorithm": "sync", "model": "small_cnn",
+                  "seed": 0, "device": "cpu", "compute": "real", "throughput": 14530.2 / (i + 1),
+                  "final_top1": 0.9 + i / 100, "train_seconds": 12.345 * (i + 1)}
+        rows.append([cell(values.get(c)) for c in columns])
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(rows_table(columns, rows, "study smoke", [True] * len(columns), fold_constant=True))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for value in ("14530", "7265", "0.93", "49.38", "workers/node", "samples/s"):
+        assert value in text, value
+    assert "in every row:" in text and "algorithm=sync" in " ".join(text.split())

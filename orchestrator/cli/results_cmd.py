@@ -145,7 +145,8 @@ def query(argv: Sequence[str]) -> int:
             if not args.columns:   # the summary: as print_runs_table shows it
                 table = run_rows.blank_not_applicable(engine, table)
                 table = run_rows.with_json_keys(engine, table, args.study, args.where, attempts=args.attempts)
-        render(table, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out)
+        render(table, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out,
+               fold=not args.columns and not args.group_by)
     except (QueryError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0

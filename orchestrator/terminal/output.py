@@ -94,9 +94,11 @@ def write_json(table: Rows, fh) -> None:
     fh.write(text)
 
 
-def render(data, fmt: str = "table", title: str | None = None, out: str | None = None) -> None:
+def render(data, fmt: str = "table", title: str | None = None, out: str | None = None,
+           fold: bool = False) -> None:
     """Print ``data`` (``Rows`` or a DataFrame), or write it to ``out``; Parquet is binary and
-    always needs ``out``."""
+    always needs ``out``. ``fold``: a summary's table puts the columns with one value in every
+    row in its caption (``rows_table``)."""
     if fmt == "parquet":
         if not out:
             raise ValueError("--format parquet writes a binary file: give --out FILE.parquet")
@@ -123,7 +125,7 @@ def render(data, fmt: str = "table", title: str | None = None, out: str | None =
         sys.stdout.write(_plain(table, title))
     else:
         # Piped output keeps whole rows rather than rich's 80-column default.
-        Console(width=None if sys.stdout.isatty() else 250).print(_table(table, title))
+        Console(width=None if sys.stdout.isatty() else 250).print(_table(table, title, fold))
 
 
 # rich lays a table out cell by cell: ~8 ms a row of 15 columns, 3.5 s for 456 runs; longer
@@ -141,8 +143,9 @@ def _plain(table: Rows, title: str | None) -> str:
     return (f"{title} ({len(table)} rows)\n" if title else "") + "\n".join(lines) + "\n"
 
 
-def _table(table: Rows, title: str | None):
-    return rows_table(table.columns, [[_cell(v) for v in row] for row in table.rows], title, _numeric(table))
+def _table(table: Rows, title: str | None, fold: bool = False):
+    return rows_table(table.columns, [[_cell(v) for v in row] for row in table.rows], title, _numeric(table),
+                      fold_constant=fold)
 
 
 def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, study: str | None = None,
@@ -151,7 +154,8 @@ def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, s
     (``run_rows.blank_not_applicable``)."""
     table = run_rows.run_rows(engine, study=study, where=where, run_ids=run_ids, columns=columns)
     table = run_rows.blank_not_applicable(engine, table)
-    render(run_rows.with_json_keys(engine, table, study, where, run_ids), "table", title=title)
+    render(run_rows.with_json_keys(engine, table, study, where, run_ids), "table", title=title,
+           fold=list(columns) == list(SUMMARY_COLUMNS))
 
 
 def print_failed_runs(engine, study: str | None = None) -> None:

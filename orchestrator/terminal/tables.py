@@ -32,13 +32,31 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+# headers as a terminal shows them, so that a table of runs fits 80 columns (the names stay
+# whole in CSV, JSON and Parquet, and in --columns)
+SHORT_HEADERS = {"workers_per_node": "workers/node", "threads_per_node": "threads/node", "batch_size": "batch",
+                 "final_top1": "top-1", "train_seconds": "train s", "throughput": "samples/s",
+                 "imbalance_delay_ms": "delay ms", "rounds_per_second": "rounds/s",
+                 "gradients_per_second": "gradients/s", "world_size": "ranks"}
+
+
 def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None,
-               right: Sequence[bool]) -> Table:
+               right: Sequence[bool], fold_constant: bool = False) -> Table:
     """A rich table of cells already formatted (``cell``); ``right``: which columns are numbers.
-    The one table builder of the sweep's table, ``status`` and ``query``."""
-    table = Table(title=title)
+    The one table builder of the sweep's table, ``status`` and ``query``. ``fold_constant``
+    (a summary the user did not choose the columns of): a column with one value in every row
+    goes into the caption instead. Cells wrap rather than end in an ellipsis."""
+    caption = None
+    if fold_constant and len(rows) > 1:
+        same = [i for i, c in enumerate(columns) if c != "run_id" and len({r[i] for r in rows}) == 1]
+        if same:
+            caption = "in every row: " + ", ".join(f"{columns[i]}={rows[0][i]}" for i in same)
+            keep = [i for i in range(len(columns)) if i not in same]
+            columns, right = [columns[i] for i in keep], [right[i] for i in keep]
+            rows = [[r[i] for i in keep] for r in rows]
+    table = Table(title=title, caption=caption, caption_justify="left")
     for name, r in zip(columns, right):
-        table.add_column(str(name), justify="right" if r else "left")
+        table.add_column(SHORT_HEADERS.get(str(name), str(name)), justify="right" if r else "left", overflow="fold")
     for row in rows:
         table.add_row(*row)
     return table
@@ -69,7 +87,7 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
         params, metrics = row[-2] or {}, row[-1] or {}
         cells.append([*(cell(v) for v in row[:-2]), *(cell(params.get(k)) for k in keys["params"]),
                       *(cell(metrics.get(k)) for k in keys["metrics"])])
-    table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns])
+    table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns], fold_constant=True)
     Console(width=None if sys.stdout.isatty() else 250).print(table)
 
 
