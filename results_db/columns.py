@@ -28,7 +28,8 @@ class QueryError(ValueError):
 def _unknown(name: str) -> QueryError:
     close = difflib.get_close_matches(name, RUN_COLUMNS, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return QueryError(f"unknown column {name!r}{hint}; known: {', '.join(RUN_COLUMNS)}, params.NAME, metrics.NAME")
+    return QueryError(f"unknown column {name!r}{hint}; the {len(RUN_COLUMNS)} run columns: scalestudy query "
+                      "--list-columns; also params.NAME, metrics.NAME")
 
 
 def check_column(name: str) -> str:

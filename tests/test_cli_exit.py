@@ -146,3 +146,14 @@ def test_reruns_help_says_earlier_results_are_kept(tmp_path):
 
     text = " ".join(scalestudy("sweep", "--help", cwd=tmp_path).stdout.split())
     assert "the earlier results are kept" in text and "replaced" not in text
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`scalestudy query ... | head`: no traceback, no "Exception ignored"; 141 as a Unix tool
+    that SIGPIPE ended (or 0 where everything was written before the reader left)."""
+    cmd = [sys.executable, "-m", "orchestrator.cli", "query", "--list-columns"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env_with_bin({"PYTHONPATH": str(REPO)}))
+    proc.stdout.close()          # gone before a line is read
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err

@@ -102,6 +102,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def _reader_gone() -> None:
+    """The reader of stdout went away (``scalestudy query ... | head``): it has what it wanted.
+    End as a Unix tool killed by SIGPIPE (128 + 13), without a traceback, the output still
+    buffered sent nowhere (Python's own recipe: https://docs.python.org/3/library/signal.html,
+    "Note on SIGPIPE")."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(141)
+
+
 def run() -> None:
     """The ``scalestudy`` command: ``main``, then an exit without the interpreter's teardown.
 
@@ -115,7 +124,11 @@ def run() -> None:
     A normal exit where another thread is still alive (it would wait for it), under a tracer or
     profiler (coverage, ``python -m cProfile``: they write their data after the program ends),
     or where the standard streams cannot be flushed (a closed pipe: Python's own message then)."""
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)   # what a normal exit calls (CPython)
     watched = sys.gettrace() is not None or sys.getprofile() is not None   # coverage, cProfile: write at the end
     if threading.active_count() > 1 or run_exit_handlers is None or watched:

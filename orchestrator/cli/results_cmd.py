@@ -110,11 +110,16 @@ def query(argv: Sequence[str]) -> int:
                              "or a retry kept (column attempt)")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", default=None, help="write to this file (needed for parquet)")
+    parser.add_argument("--list-columns", action="store_true", help="list the run columns (for --columns, --where)")
     add_db_option(parser)
     args = parser.parse_args(argv)
 
     from results_db import run_rows
-    from results_db.columns import QueryError
+    from results_db.columns import RUN_COLUMNS, QueryError
+
+    if args.list_columns:
+        print("\n".join([*RUN_COLUMNS, "params.NAME", "metrics.NAME"]))
+        return 0
 
     from ..terminal.output import SUMMARY_COLUMNS, render
 
