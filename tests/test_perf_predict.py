@@ -211,7 +211,8 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     from conftest import scalestudy
 
     tmp, url = fitted
-    out = scalestudy("plan", "study=syn", "site=polaris", "workers_per_node=4", "--steps", "20000", "--repeats", "2",
+    out = scalestudy("plan", "study=syn", "site=polaris", "account=abc", "workers_per_node=4", "--steps", "20000",
+                     "--repeats", "2",
                      "--budget", "40",
                      "--db", url, "--out", str(tmp / "plan.txt"), cwd=tmp)
     assert out.returncode == 0, out.stderr
@@ -222,6 +223,7 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     assert any(s[-1] == "budget" for s in sizes)                                           # the next is over it
     text = (tmp / "plan.txt").read_text()
     assert "site=polaris" in text and "nodes=" in text and "repeat=0," in text and "walltime=" in text
+    assert "account=abc" in text    # the sweeps run as printed (issue 39)
     assert "epochs=1 steps_per_epoch=20000" in text and "dataset=" in text
     # debug-scaling holds one job per user: its sizes go in sweeps of one node count each
     scaling = [line for line in text.splitlines() if "queue=debug-scaling" in line]
@@ -244,15 +246,17 @@ def test_plan_fits_the_budget_and_the_queues(fitted):
     # queues: Polaris' debug takes 1-2 nodes, prod 10 and more
     queues = {int(s[0]): s[4] for s in chosen}
     assert queues[1] == "debug" and all(q == "prod" for n, q in queues.items() if n >= 16)
-    poor = scalestudy("plan", "study=syn", "site=polaris", "workers_per_node=4", "--steps", "100000", "--budget",
+    poor = scalestudy("plan", "study=syn", "site=polaris", "account=abc", "workers_per_node=4", "--steps", "100000", "--budget",
                       "0.01", "--db", url, "--out", str(tmp / "p2.txt"), cwd=tmp)
     assert poor.returncode == 2 and "buys no run" in poor.stderr
-    vague = scalestudy("plan", "study=syn", "site=polaris", "--budget", "10", "--db", url, cwd=tmp)
+    vague = scalestudy("plan", "study=syn", "site=polaris", "account=abc", "--budget", "10", "--db", url, cwd=tmp)
     assert vague.returncode == 2 and "had 2, 4 ranks per node: give workers_per_node=W" in vague.stderr
     for args, said in ((["study=syn", "--budget", "-1"], "expected node-hours > 0"),
                        (["site=theta", "--budget", "1"], "study=S is required"),
                        (["study=syn", "color=red", "--budget", "1"], "'color=red': expected"),
                        (["study=syn", "site=nowhere", "--budget", "1"], "nowhere"),
+                       (["study=syn", "site=polaris", "--budget", "1"], "account='YOUR_PROJECT': is site polaris's "
+                                                                         "placeholder"),
                        (["study=syn", "workers_per_node=4", "--budget", "50", "--out", "/proc/no/plan.txt"],
                         "--out /proc/no/plan.txt:")):
         bad = scalestudy("plan", *args, "--db", url, cwd=tmp)

@@ -150,3 +150,15 @@ def test_sweep_refused_by_queue_limits_writes_nothing(tmp_path):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "nodes=9" in err[0] and "no queue of site theta" in err[0], proc.stderr
     assert not (tmp_path / "scalestudy.db").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_a_placeholder_account_is_refused_before_anything_is_submitted(tmp_path):
+    """The shipped site files hold account: YOUR_PROJECT; a sweep charged to it stops at
+    admission (nothing submitted, no run folder, no database); a dry run says so and goes on."""
+    proc = scalestudy("sweep", "site=theta", "nodes=2", "epochs=1", f"hydra.sweep.dir={tmp_path / 'mr'}",
+                      cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "account='YOUR_PROJECT': is site theta's placeholder" in proc.stderr
+    assert not (tmp_path / "mr").exists() and not (tmp_path / "scalestudy.db").exists()
+    dry = scalestudy("sweep", "site=theta", "nodes=2", "epochs=1", "--dry-run", cwd=tmp_path, timeout=120)
+    assert dry.returncode == 0 and "a real sweep would stop here" in dry.stdout + dry.stderr

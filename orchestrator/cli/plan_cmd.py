@@ -12,7 +12,7 @@ from ..terminal.tables import duration_text
 from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
 from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node, unvalidated_on
 
-SETTINGS = ("study", "site", "algorithm", "workers_per_node")
+SETTINGS = ("study", "site", "algorithm", "workers_per_node", "account")
 
 
 def plan(argv: Sequence[str]) -> int:
@@ -23,7 +23,8 @@ def plan(argv: Sequence[str]) -> int:
                     "charge; the predicted curve; and the sweep command to run (also written to --out).")
     parser.add_argument("settings", nargs="*", metavar="KEY=VALUE",
                         help="study=S (required: the fitted study), site=SITE (default local), algorithm=A, "
-                             "workers_per_node=W")
+                             "workers_per_node=W, account=NAME (on a site with a scheduler: the allocation the "
+                             "suggested sweeps are charged to)")
     parser.add_argument("--budget", type=float, required=True, help="node-hours to spend, charged at most")
     parser.add_argument("--repeats", type=int, default=None,
                         help="runs per node count (default: the most, up to 5, that keep the widest range of node "
@@ -46,7 +47,7 @@ def _settings(args) -> dict[str, str]:
     for item in args.settings:
         key, sep, value = item.partition("=")
         if not sep or key not in SETTINGS:
-            raise ValueError(f"{item!r}: expected study=S, site=SITE, algorithm=A or workers_per_node=W")
+            raise ValueError(f"{item!r}: expected study=S, site=SITE, algorithm=A, workers_per_node=W or account=NAME")
         settings[key] = value
     if "study" not in settings:
         raise ValueError("study=S is required (the study whose model fit plans the runs)")
@@ -64,12 +65,17 @@ def _plan(args, settings: dict[str, str]) -> int:
     from results_db.model_fits import latest_model_fit
 
     from ..errors import ConfigError
-    from ..site.config import load_site
+    from ..site.config import load_site, with_overrides
+    from ..sweep.admission import check_account
     from ..sweep.budget_plan import choose_plan
 
     study = settings["study"]
     try:
         site = load_site(settings.get("site", "local"))
+        if "account" in settings:
+            site = with_overrides(site, account=settings["account"])
+        # the suggested sweeps run as printed: not charged to the site file's placeholder
+        check_account(site)
         wpn = int(settings["workers_per_node"]) if "workers_per_node" in settings else None
         if wpn is not None and wpn < 1:
             raise ValueError
@@ -172,7 +178,7 @@ def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, 
             overrides += ["imbalance.kind=injected", f"imbalance.ranks={shape['injected_ranks']}",
                           f"imbalance.delay_ms={shape['injected_delay'] * 1e3:g}"]
         if site.scheduler.batch_jobs:
-            overrides.append(f"walltime={walltime}")
+            overrides += [f"account={site.account}", f"walltime={walltime}"]
             if queue and queue != site.queue:
                 overrides.append(f"queue={queue}")
         lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))

@@ -53,6 +53,19 @@ class Admitted:
         return [s for s in self.specs if run_key(s) not in self.done]
 
 
+# what the shipped site files hold until a user sets their own (site_configs/*.yaml: account:)
+PLACEHOLDER_ACCOUNTS = ("YOUR_PROJECT", "PROJECT")
+
+
+def check_account(site: SiteConfig) -> None:
+    """A batch job charged to the site file's placeholder would reach qsub / sbatch and be
+    refused there (or queue under nobody's allocation): refused here, before anything is
+    submitted (a dry run warns)."""
+    if site.scheduler.batch_jobs and site.account in PLACEHOLDER_ACCOUNTS:
+        raise ConfigError("account", site.account, f"is site {site.name}'s placeholder: give the allocation your "
+                          "facility charges, account=NAME (or set account: in your copy of the site file)")
+
+
 def sweep_site(config: DictConfig) -> SiteConfig:
     """The sweep's site: its file, with the sweep's own account, queue, walltime and allocation."""
     site = load_site(OmegaConf.select(config, "site"))
@@ -143,7 +156,7 @@ def admit(config: DictConfig, jobs: Sequence[SweepJob], console: Console) -> Adm
     if specs and (site.queues or site.allocation == "packed" or OmegaConf.select(config, "dry_run")):
         admitted.done, admitted.done_note = already_done(config, specs)
     admitted.batch_jobs = plan_batch_jobs(site, [s.nodes for s in admitted.launching()])
-    checks = [lambda: check_system_mpi(site), lambda: check_wheel_mpi(site)]
+    checks = [lambda: check_account(site), lambda: check_system_mpi(site), lambda: check_wheel_mpi(site)]
     if site.scheduler.batch_jobs:   # Parsl runs the sweep: a release it is tested on, first
         checks.insert(0, lambda: check_tested("parsl"))
     for check in checks:
