@@ -284,3 +284,22 @@ def test_a_site_turns_its_nccl_plugin_off_and_still_names_it(tmp_path):
     lines = batch_environment(load_site(str(path)))
     assert "export SCALESTUDY_NCCL_PLUGIN='AWS Libfabric'" in lines
     assert not any(x.startswith(("export NCCL_", "export FI_", "export LD_LIBRARY_PATH")) for x in lines)
+
+
+def test_sites_check_runs_the_set_up_as_a_batch_job_would_and_names_the_command_that_fails(tmp_path):
+    """A failed `module load` or a venv path that is not there: the batch script would go on,
+    and the probe after it could pass ("ok" printed although the set-up failed, issue 39)."""
+    from conftest import scalestudy
+
+    from orchestrator.site.config import site_dir
+
+    text = (site_dir() / "local_slurm.yaml").read_text()
+    good = tmp_path / "setup_ok.yaml"
+    good.write_text(text + "worker_init:\n  - echo setting up\n")
+    bad = tmp_path / "setup_bad.yaml"
+    bad.write_text(text + "worker_init:\n  - echo setting up\n  - ls /no/such/venv/bin/activate\n  - echo after\n")
+    ok = scalestudy("sites", "--check", str(good), cwd=tmp_path, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    failed = scalestudy("sites", "--check", str(bad), cwd=tmp_path, timeout=300)
+    assert failed.returncode == 1
+    assert "the site's set-up command `ls /no/such/venv/bin/activate` failed: ls: cannot access" in failed.stdout

@@ -122,6 +122,30 @@ class Finding:
     text: str
 
 
+SETUP_FAILED = "scalestudy: the site's set-up command failed: "
+SETUP_FAILED_EXIT = 97
+
+
+def guarded(lines: list[str]) -> list[str]:
+    """The set-up lines, each stopping the script where it fails and naming itself (a batch
+    script goes on past a failed ``module load``, and the probe after it could still pass)."""
+    return [f"{line} || {{ echo {shlex.quote(SETUP_FAILED + line)} >&2; exit {SETUP_FAILED_EXIT}; }}"
+            for line in lines]
+
+
+def setup_failure(returncode: int, stderr: str) -> str | None:
+    """The failed set-up command and what it said before it, from a ``guarded`` script's end."""
+    if returncode != SETUP_FAILED_EXIT:
+        return None
+    lines = stderr.strip().splitlines()
+    marker = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(SETUP_FAILED)), None)
+    if marker is None:
+        return None
+    command = lines[marker][len(SETUP_FAILED):]
+    said = next((x.strip() for x in reversed(lines[:marker]) if x.strip()), "")
+    return f"the site's set-up command `{command}` failed" + (f": {said}" if said else "")
+
+
 def probe_site(site: SiteConfig, timeout: float = 120, env_bin: str | None = None) -> dict:
     """Run the probe in the environment the site's batch jobs would have (its set-up lines, in a
     login shell so that ``module`` exists), or in this one plus the site's variables (local); then
@@ -136,9 +160,13 @@ def probe_site(site: SiteConfig, timeout: float = 120, env_bin: str | None = Non
         proc = subprocess.run([*probe_cmd, launcher, env_bin], env=env, capture_output=True, text=True,
                               timeout=timeout)
     else:
-        script = "\n".join([*batch_environment(site, env_bin), f"exec {shlex.join([*probe_cmd, launcher, env_bin])}"])
+        script = "\n".join([*guarded(batch_environment(site, env_bin)),
+                            f"exec {shlex.join([*probe_cmd, launcher, env_bin])}"])
         proc = subprocess.run(["bash", "--login", "-c", script], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
+        failed = setup_failure(proc.returncode, proc.stderr)
+        if failed:
+            return {"setup_error": failed}
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
     if proc.returncode != 0 or line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
