@@ -236,6 +236,9 @@ def test_crowding_is_decided_by_hosts_and_emulated_runs_are_labelled_everywhere(
     assert "<th>compute</th>" in page and page.count('data-col="compute">emulated</td>') == 3, \
         "the configuration rows lost the label"
     assert "emulated (compute=emulated)" in page and "threads per CPU" in page
+    # said once on the page, above the table: not again in each figure's box (issue 39: 17 times)
+    import re
+    assert len(re.findall(r"2 of these 3 runs ran up to 4 threads per CPU", page)) == 1, page.count("threads per CPU")
     csv_text = (tmp_path / "report" / "configurations.csv").read_text()
     assert "compute" in csv_text.splitlines()[0] and csv_text.count("emulated") >= 3
     query_csv = scalestudy("query", "--study", "emu", "--db", url, "--format", "csv", cwd=tmp_path).stdout

@@ -121,7 +121,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     html = page.render(
         out, study=study, summary=_summary(planned), where=_where_text(where), axes=axes, table=configurations,
         varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
-        figures=[_figure_entry(r) for r in results if not r.skipped],
+        figures=[_figure_entry(r, notes) for r in results if not r.skipped],
         skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
         failures=failures, provenance=prov, timelines=timelines, paper=paper)
     index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
@@ -157,9 +157,12 @@ def write_timelines(engine: Engine, folder: Path, run_ids: list[int], labels: di
     return entries
 
 
-def _figure_entry(result: catalog.FigureResult) -> dict:
+def _figure_entry(result: catalog.FigureResult, page_notes: Sequence[str] = ()) -> dict:
+    """A figure on the page; its notes less those the page says once above its table (the
+    oversubscription note was in 17 places of one report; the image keeps its own, for use alone)."""
     names = {p.suffix.lstrip("."): f"figures/{p.name}" for p in result.files}
-    return {"name": result.name, "title": result.title, "caption": result.caption, "notes": list(result.notes),
+    return {"name": result.name, "title": result.title, "caption": result.caption,
+            "notes": [n for n in result.notes if n not in page_notes],
             "png": names.get("png"), "pdf": names.get("pdf"), "csv": names.get("csv")}
 
 
