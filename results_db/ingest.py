@@ -344,7 +344,7 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     if job_id:
         run.job_id = str(job_id)
     run.versions = totals.versions
-    for name in ("throughput", "rounds_per_second", "gradients_per_second", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
+    for name in ("throughput", "rounds_per_second", "gradients_per_second", "classes", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
                  "exit_code", "output_tail", "data_path_used", "nccl_network", "nccl_plugin"):
         setattr(run, name, result.get(name))
     # GPU facts where the ranks recorded them; missing (null) where they did not, never 0

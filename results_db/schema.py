@@ -120,6 +120,7 @@ runs_table = Table(
     # per second; they part from throughput once an eager-SGD rank skips the rounds it missed
     Column("rounds_per_second", Float),
     Column("gradients_per_second", Float),
+    Column("classes", Integer),                               # the data's classes: top-1 at chance is 1 / classes
     Column("train_seconds", Float),
     Column("wall_seconds", Float),
     Column("steps", Integer),

@@ -139,6 +139,7 @@ def test_catch_up_apply_all_keeps_models_identical_latest_drifts(tmp_path):
             assert row["gradients_per_second"] == pytest.approx(result["gradients_per_second"])
             assert row["rounds_per_second"] * 4 > row["gradients_per_second"]      # a rank skipped rounds
             assert (row["eager_catch_up"], row["resync_epochs"], row["sync_every"]) == ("latest", 0, 0)
+            assert row["classes"] == 10          # digits: top-1 at chance is 0.1
     assert gradients["lockstep"] == 4 * 30
     assert gradients["apply_all"] < 4 * 30 and gradients["latest"] < 4 * 30
     assert drift["apply_all"] == 0.0 and drift["lockstep"] == 0.0

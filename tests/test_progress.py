@@ -140,3 +140,11 @@ def test_a_summary_of_runs_fits_80_columns_without_cutting_a_cell():
     for value in ("14530", "7265", "0.93", "49.38", "workers/node", "samples/s"):
         assert value in text, value
     assert "in every row:" in text and "algorithm=sync" in " ".join(text.split())
+
+
+def test_a_run_at_chance_says_so_in_its_line():
+    from orchestrator.sweep.progress import headline
+
+    assert "chance is 0.100: diverged, or did not learn" in headline({"final_top1": 0.098, "classes": 10})
+    assert "chance" not in headline({"final_top1": 0.5, "classes": 10})
+    assert "chance" not in headline({"final_top1": 0.098})     # classes not recorded: nothing said

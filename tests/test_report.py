@@ -296,3 +296,24 @@ def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
                             "status": ["done"] * 6})
     grid = build_grid(planned, planned, ["nodes", "params.x"])
     assert (grid.cells, grid.finished) == (4, 4)
+
+
+def test_runs_at_chance_are_flagged_and_no_default_target_is_set_below_chance(tmp_path):
+    """Issue 39: the eager_sgd report read "seconds to top-1 ≥ 8 %" with 10 classes, and a
+    diverged run passed without comment."""
+    from results_db.figures.data import load_study
+    from results_db.figures.derived import default_target
+    from results_db.html_report import build_report
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    engine = connect(url)
+    ids = add_runs(engine, "flat", [{"nodes": n, "throughput": 10.0 * n, "final_top1": top1,
+                                     "evals": [(0, 1.0, top1)]} for n, top1 in ((1, 0.08), (2, 0.55))])
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).where(Run.id.in_(ids)).values(classes=10))
+    page = build_report(engine, "flat", tmp_path / "rep", url).index.read_text()
+    assert "1 of 2 runs ended at chance-level top-1 (1 / classes; runs 1)" in page
+    assert default_target(engine, load_study(engine, "flat")) is None     # 8 % with 10 classes: below chance
+    with Session(engine) as s, s.begin():   # the control: runs that did not record their classes
+        s.execute(update(Run).where(Run.id.in_(ids)).values(classes=None))
+    assert default_target(engine, load_study(engine, "flat")) == 0.08

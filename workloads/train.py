@@ -275,6 +275,7 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     if decided:
         outcome.summary["metrics"] = decided
     outcome.summary["data_path_used"] = engine.data_path_label
+    outcome.summary["classes"] = data.num_classes   # top-1 at chance is 1 / classes
     if device.type == "cuda" and comm.Get_rank() == 0:
         # the network NCCL chose, from its log (all ranks have passed a collective); rank 0 only:
         # only its summary reaches result.json, and every rank reading every log is ranks^2 opens

@@ -54,7 +54,10 @@ def headline(result: dict) -> str:
     if result.get("throughput") is not None:
         parts.append(f"{cell(float(result['throughput']))} samples/s")
     if result.get("final_top1") is not None:
-        parts.append(f"top-1 {result['final_top1']:.3f}")
+        classes = result.get("classes")
+        at_chance = bool(classes) and result["final_top1"] <= 1.0 / classes + 0.01
+        parts.append(f"top-1 {result['final_top1']:.3f}" + (f" (chance is {1.0 / classes:.3f}: diverged, or did not "
+                                                              "learn; check lr and momentum)" if at_chance else ""))
     parts.extend(f"{k} {cell(float(v))}" for k, v in (result.get("metrics") or {}).items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool))
     return ", ".join(parts) or "done"

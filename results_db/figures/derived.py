@@ -92,12 +92,23 @@ def speedup_vs_delay(sr: StudyRuns) -> pd.DataFrame:
 
 def default_target(engine: Engine, sr: StudyRuns) -> float | None:
     """The best top-1 every run reached (rounded down to 0.01): every configuration's time
-    to it is defined, and what differs is how fast they got there."""
+    to it is defined, and what differs is how fast they got there. None where that is no
+    better than chance (1 / classes, for the runs that recorded their classes): a time to
+    guess-level accuracy compares nothing."""
     evals = query.evals(engine, sr.ids)
     if evals.empty or evals["top1"].notna().sum() == 0:
         return None
     best = evals.groupby("run_id")["top1"].max().min()
-    return math.floor(round(float(best) * 100, 6)) / 100   # 0.29 * 100 = 28.999999999999996
+    target = math.floor(round(float(best) * 100, 6)) / 100   # 0.29 * 100 = 28.999999999999996
+    chance = chance_top1(sr.runs)
+    return None if chance is not None and target <= chance else target
+
+
+def chance_top1(runs: pd.DataFrame) -> float | None:
+    """The top-1 of guessing, 1 / classes, the highest among these runs (None: none recorded it)."""
+    if "classes" not in runs or runs["classes"].notna().sum() == 0:
+        return None
+    return float(1.0 / runs["classes"].dropna().min())
 
 
 def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:

@@ -90,7 +90,8 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     if sr is not None:
         configurations = tables.configurations(engine, sr, chosen, target)
         notes = grid_notes(sr)
-        notes += [n for n in (oversubscription_note(sr, sr.ids), emulation_note(sr, sr.ids)) if n]
+        notes += [n for n in (oversubscription_note(sr, sr.ids), emulation_note(sr, sr.ids), at_chance_note(sr.runs))
+                  if n]
         finished = configurations[configurations["status"] == "done"]
         if chosen and finished["speedup"].isna().any():
             notes.append(f"Speedup and efficiency are blank where a configuration has no finished baseline run "
@@ -155,6 +156,19 @@ def write_timelines(engine: Engine, folder: Path, run_ids: list[int], labels: di
         entries.append({"run_id": run_id, "label": labels.get(run_id, ""), "events": events,
                         "href": f"{TIMELINE_DIR}/{path.name}", "mb": path.stat().st_size / 1e6})
     return entries
+
+
+def at_chance_note(runs: pd.DataFrame) -> str | None:
+    """Runs whose final top-1 is no better than guessing (1 / classes): diverged, or did not learn."""
+    if "classes" not in runs or "final_top1" not in runs:
+        return None
+    chance = 1.0 / runs["classes"]
+    flat = runs[runs["final_top1"].notna() & runs["classes"].notna() & (runs["final_top1"] <= chance + 0.01)]
+    if flat.empty:
+        return None
+    ids = ", ".join(str(int(i)) for i in flat["run_id"].head(10)) + (" …" if len(flat) > 10 else "")
+    return (f"{len(flat)} of {len(runs)} runs ended at chance-level top-1 (1 / classes; runs {ids}): they diverged "
+            "or did not learn (check lr and momentum), and their times are not times to a trained model.")
 
 
 def _figure_entry(result: catalog.FigureResult, page_notes: Sequence[str] = ()) -> dict:

@@ -187,4 +187,5 @@ def train_async_ps(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: M
                            train_seconds=train_seconds, wall_start=run.wall_start, phases=run.phases, top1=top1,
                            loss=loss_value, global_batch=workers * spec.batch_size)
     outcome.summary["data_path_used"] = "host_staging:mpi" if device.type == "cuda" else "mpi"
+    outcome.summary["classes"] = data.num_classes
     return outcome

@@ -5,6 +5,8 @@
   ``lockstep``); ``sync_every`` (steps) stays, now 0 unless set.
 - ``rounds_per_second`` and ``gradients_per_second`` beside ``throughput`` (samples computed
   per second): once a rank can skip rounds they are different numbers.
+- ``classes``: the data's classes, so that a top-1 at chance (1 / classes) is seen as such
+  (runs recorded before: null, and nothing is said of them).
 
 Runs recorded before this revision computed every round in order and re-synchronised every
 ``sync_every`` steps: eager-SGD's are back-filled ``lockstep`` with ``resync_epochs`` 0 (their
@@ -26,7 +28,7 @@ branch_labels = None
 depends_on = None
 
 _COLUMNS = (("resync_epochs", sa.Integer()), ("eager_catch_up", sa.String(length=255)),
-            ("rounds_per_second", sa.Float()), ("gradients_per_second", sa.Float()))
+            ("rounds_per_second", sa.Float()), ("gradients_per_second", sa.Float()), ("classes", sa.Integer()))
 
 
 def upgrade() -> None:
