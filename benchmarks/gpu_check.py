@@ -29,6 +29,8 @@ status 1 if any check fails, 2 if no GPU is visible. Four parts:
 4. Speed: sync against ddp, resnet20 on generated CIFAR-shaped images (batch 128), on R GPUs
    where the node has several (1 otherwise: there sync reduces nothing and the ratio is ddp's
    single-GPU overhead), interleaved A B A B ``--repeats`` times, medians and the ratio's range.
+5. (after part 1) eager-SGD's catch-up through host staging: a straggler's skipped rounds, each
+   missed result applied through the one pinned buffer, the models identical (``catch_up``).
 
 With ``--device cpu`` the same flow runs on CPU paths (host MPI in place of host staging and
 CUDA-aware MPI, gloo in place of NCCL): it checks the script and its negative control, not a GPU.
@@ -249,6 +251,32 @@ def agreement_cases(device: str, gpus: int, work: Path | None = None) -> tuple[l
     return cases, skipped
 
 
+def catch_up(device: str, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
+    """eager_solo with a straggler (fixed, 20 ms a step) and catch-up ``apply_all``, 2 ranks sharing
+    one GPU through host staging, re-synchronised only at the last step: the rank that skips rounds
+    applies each missed result through the one pinned buffer, one after another (the copy of one
+    must have read the buffer before the next is written: ``HostMirror.fill``), so the models must
+    be identical before that last averaging (drift 0), and the straggler must have skipped."""
+    path = "host_staging" if device == "cuda" else "mpi"
+    spec = base(device, workers_per_node=2, threads_per_node=2, batch_size=16, steps_per_epoch=steps,
+                algorithm="eager_solo", eager_catch_up="apply_all", resync_epochs=0, data_path=path,
+                imbalance_kind="fixed", imbalance_delay_ms=20.0, gpus_per_node=1 if device == "cuda" else 0)
+    got = run(spec, work, "catch-up")
+    case = f"eager_solo catch-up (apply_all), 2 ranks, a 20 ms straggler, {path}"
+    if "error" in got:
+        return [f"FAIL {case}: {got['error']}"], [], False
+    folder = work / "catch-up"
+    records = [json.loads(line) for r in range(2) for line in rank_metrics_file(folder, r).read_text().splitlines()
+               if '"type":"contribution"' in line or '"type":"step"' in line]
+    drift = max((r.get("drift") or 0.0) for r in records if r["type"] == "contribution")
+    computed = sum(r["type"] == "step" for r in records)
+    skipped = 2 * steps - computed
+    ok = drift == 0.0 and skipped > 0
+    line = (f"{'ok  ' if ok else 'FAIL'} {case}: drift before the last averaging {drift:.2e} (must be 0), "
+            f"{skipped} of {2 * steps} rank-steps skipped (must be > 0)")
+    return [line], [{"case": case, "drift": drift, "skipped": skipped, "ok": ok}], ok
+
+
 def agreement(device: str, gpus: int, steps: int, work: Path) -> tuple[list[str], list[dict], bool]:
     lines, records, ok_all = [], [], True
     cases, skipped = agreement_cases(device, gpus, work)
@@ -389,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         work = Path(tmp)
         lines, record["agreement"], ok = agreement(args.device, gpus, args.steps, work)
-        for line in lines:
+        catch_lines, record["catch_up"], ok_catch = catch_up(args.device, args.steps, work)
+        ok &= ok_catch
+        for line in lines + catch_lines:
             print(line, flush=True)
         if not args.skip_losses:
             lines, record["losses"], ok_losses = losses(args.device, args.steps, work)

@@ -66,3 +66,12 @@ def test_a_case_on_a_cray_gets_the_sweeps_gpu_support_setting(tmp_path, monkeypa
         gpu_check.case_environment(gpu_check.base("cuda", workers_per_node=2, data_path="cuda_aware_mpi"), tmp_path)
     aware, why = gpu_check.cuda_aware_mpi(tmp_path)   # refused before any rank starts
     assert not aware and "GTL" in why
+
+
+def test_the_catch_up_case_runs_on_the_cpu_flow(tmp_path):
+    """Part 5 through the CPU flow (host MPI; the GPU's host staging is what a device run adds):
+    the straggler skipped rounds and the models stayed identical."""
+    lines, records, ok = gpu_check.catch_up("cpu", 12, tmp_path)
+    assert ok, "\n".join(lines)
+    [record] = records
+    assert record["drift"] == 0.0 and record["skipped"] > 0

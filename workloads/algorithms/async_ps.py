@@ -88,7 +88,7 @@ def _serve(run: _Shared, data: Dataset, model: nn.Module, workers: int, steps_pe
     top1 = loss_value = float("nan")
     for update in range(per_epoch * spec.epochs):
         t0 = time.perf_counter()
-        comm.Recv(grad.host.numpy(), source=MPI.ANY_SOURCE, tag=GRAD_TAG, status=status)
+        comm.Recv(grad.writable(), source=MPI.ANY_SOURCE, tag=GRAD_TAG, status=status)
         t1 = time.perf_counter()
         grad.to_device()
         offset = 0
@@ -140,7 +140,7 @@ def _work(run: _Shared, data: Dataset, model: nn.Module, clock: AlignedClock, de
                 grad_device[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
                 offset += p.numel()
             comm.Send(grad.to_host(), dest=SERVER, tag=GRAD_TAG)
-            comm.Recv(run.weights.host.numpy(), source=SERVER, tag=PARAMS_TAG)
+            comm.Recv(run.weights.writable(), source=SERVER, tag=PARAMS_TAG)
             t4 = mark()
             run.load_weights()
             t5 = mark()

@@ -82,7 +82,7 @@ class EagerSGD(GradientSync):
 
     def _load(self, res) -> None:
         """This round's reduced sum, divided by the world size, as every parameter's ``.grad``."""
-        self._host.host.copy_(torch.from_numpy(res.total)).div_(self.comm.Get_size())
+        self._host.fill(torch.from_numpy(res.total)).div_(self.comm.Get_size())
         self._host.to_device()
 
     def step(self) -> None:

@@ -367,6 +367,7 @@ class HostMirror:
         separate = device.copies_are_async if separate is None else separate
         self.host = device.host_buffer(tensor.numel(), tensor.dtype).view_as(tensor) if separate else tensor
         self.copies = 0   # device <-> host copies made (what the CPU tests check)
+        self._to_device = None   # the last host -> device copy's event: it reads the host buffer until it passes
 
     def to_host(self):
         """The tensor's values on the host, as a NumPy array (after the work that produced them)."""
@@ -378,8 +379,25 @@ class HostMirror:
     def to_device(self) -> None:
         """The host buffer's values back into the tensor, before the stream's next work."""
         if self.host is not self.tensor:
-            self.device.join(self.device.copy_after(self.tensor, self.host, None))
+            self._to_device = self.device.copy_after(self.tensor, self.host, None)
+            self.device.join(self._to_device)
             self.copies += 1
+
+    def writable(self):
+        """The host buffer, as a NumPy array to write into (an MPI receive), once the last copy
+        back to the device has read it: on CUDA that copy runs on the copy stream after the host
+        has moved on (``join`` holds the device's stream, not the host), so a write before it
+        passes would send the device the new values for the old step."""
+        if self._to_device is not None:
+            self.device.wait(self._to_device)
+            self._to_device = None
+        return self.host.numpy()
+
+    def fill(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` into the host buffer (``writable``'s wait first); the buffer. eager-SGD
+        applies several rounds' results in a row through it."""
+        self.writable()
+        return self.host.copy_(values)
 
 
 PATHS = {cls.name: cls for cls in (HostMPI, TorchDistributed, CudaAwareMPI, HostStaging)}
