@@ -14,7 +14,7 @@ from sqlalchemy import Engine, select
 
 from . import run_rows
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
-from .run_rows import ATTEMPTS, plain_ids, recent_run_ids  # noqa: F401 - re-exported
+from .run_rows import ATTEMPTS, check_study, plain_ids, recent_run_ids  # noqa: F401 - re-exported
 from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study
 from .where import JsonFilter, parse_where  # noqa: F401 - re-exported
 
@@ -154,14 +154,3 @@ def status_counts(engine: Engine, study: str | None = None) -> pd.DataFrame:
     columns, rows = status_table(engine, study)
     return pd.DataFrame(rows, columns=columns)
 
-
-def check_study(engine: Engine, study: str | None) -> None:
-    """A study this database does not hold is an error naming the ones it does (a query of a
-    misspelt study would otherwise print an empty table and succeed)."""
-    if study is None:
-        return
-    with engine.connect() as conn:
-        names = sorted(conn.execute(select(Study.name)).scalars())
-    if study not in names:
-        raise QueryError(f"--study {study!r}: no such study in this database"
-                         + (f"; studies here: {', '.join(names)}" if names else " (it holds no study yet)"))

@@ -402,3 +402,15 @@ def _sql_group(engine: Engine, group_by, metrics, study, where, attempts) -> Row
                     cells.append(float(s["mean"]) if agg == "mean" else s[agg])
         out.append(tuple(cells))
     return Rows([*group_by, *(f"{c}_{a}" for c, aggs in metrics.items() for a in aggs)], out)
+
+
+def check_study(engine: Engine, study: str | None) -> None:
+    """A study this database does not hold is an error naming the ones it does (a query of a
+    misspelt study would otherwise print an empty table and succeed)."""
+    if study is None:
+        return
+    with engine.connect() as conn:
+        names = sorted(conn.execute(select(Study.name)).scalars())
+    if study not in names:
+        raise QueryError(f"--study {study!r}: no such study in this database"
+                         + (f"; studies here: {', '.join(names)}" if names else " (it holds no study yet)"))

@@ -131,9 +131,7 @@ def query(argv: Sequence[str]) -> int:
             raise ValueError("--columns and --group-by together: a grouped table's columns are the group-by axes "
                              "and the --agg results")
         engine = open_for_reading(args.db)
-        from results_db.query import check_study
-
-        check_study(engine, args.study)
+        run_rows.check_study(engine, args.study)
         if args.group_by:
             metrics = {}
             for spec in args.agg or ["throughput:count,mean,std"]:
