@@ -128,8 +128,11 @@ SETUP_FAILED_EXIT = 97
 
 def guarded(lines: list[str]) -> list[str]:
     """The set-up lines, each stopping the script where it fails and naming itself (a batch
-    script goes on past a failed ``module load``, and the probe after it could still pass)."""
-    return [f"{line} || {{ echo {shlex.quote(SETUP_FAILED + line)} >&2; exit {SETUP_FAILED_EXIT}; }}"
+    script goes on past a failed ``module load``, and the probe after it could still pass).
+    A line with a fallback of its own (``type module || . /etc/profile``: a facility's profile
+    may end on a false test) is left as it is."""
+    return [line if "||" in line else
+            f"{line} || {{ echo {shlex.quote(SETUP_FAILED + line)} >&2; exit {SETUP_FAILED_EXIT}; }}"
             for line in lines]
 
 

@@ -89,8 +89,6 @@ class SweepRecorder:
         self.site, self.retry_policy = admitted.site, admitted.retry_policy
         self.predicted = {i: s for i, s in admitted.prediction.seconds.items() if s is not None}
         self.jobs_dir = jobs[0].output_dir.parent if jobs else None
-        inherited_preset_note(self.config, admitted.specs, self.console)
-        oversubscription_note(admitted.site, admitted.specs, self.console)
         swept = varying_keys(admitted.specs)
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
@@ -102,6 +100,7 @@ class SweepRecorder:
         if OmegaConf.select(self.config, "dry_run"):
             from .dry_run import print_dry_run
 
+            self._notes(admitted)
             print_dry_run(admitted, jobs, self.labels)
             return plan
         if admitted.prediction.note:
@@ -110,7 +109,14 @@ class SweepRecorder:
             if batch_job.note:
                 self.console.print(f"[cyan]{batch_job.note}[/cyan]")
         plan.submit = self._register(jobs, admitted)
+        self._notes(admitted)   # once the runs are recorded: a sweep refused (bad input, no database) is one line
         return plan
+
+    def _notes(self, admitted: Admitted) -> None:
+        """What a sweep says once, before its runs start: the preset a named study is built on,
+        and runs that crowd this host."""
+        inherited_preset_note(self.config, admitted.specs, self.console)
+        oversubscription_note(admitted.site, admitted.specs, self.console)
 
     def _register(self, jobs: Sequence[SweepJob], admitted: Admitted) -> list[bool]:
         """Record the runs (pending, under this driver) and decide which to submit."""
