@@ -60,7 +60,6 @@ def make_outcome(spec: RunSpec, comm: MPI.Comm, model: torch.nn.Module, *, steps
         "train_seconds": slowest,
         "wall_seconds": time.perf_counter() - wall_start,
         "throughput": samples / slowest if slowest > 0 else float("nan"),
-        "steps_per_second": steps / slowest if slowest > 0 else float("nan"),
         "rounds_per_second": steps / slowest if slowest > 0 else float("nan"),
         "gradients": gradients,
         "gradients_per_second": gradients / slowest if slowest > 0 else float("nan"),

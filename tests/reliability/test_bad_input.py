@@ -30,6 +30,10 @@ CASES = [
     (["batch_size=-1"], "batch_size=-1"),
     (["lr=0"], "lr=0: must be > 0"),
     (["sync_every=-1"], "sync_every=-1"),
+    (["resync_epochs=-1"], "resync_epochs=-1"),
+    (["eager_catch_up=sometimes"], "eager_catch_up='sometimes'"),
+    (["compute=emulated", "compute_profile=no_such_profile"], "compute_profile="),
+    (["imbalance.kind=shifted", "imbalance.delay_ms=abc"], "imbalance.delay_ms"),
     (["imbalance.kind=injected", "imbalance.ranks=9"], "imbalance.ranks=9"),
     # unknown keys, values and names
     (["bach_size=64"], "did you mean batch_size?"),
