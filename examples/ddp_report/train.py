@@ -8,6 +8,7 @@ workloads. Outside scalestudy the calls do nothing: torchrun still runs it by ha
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -65,6 +66,10 @@ def main() -> None:
     samples = args.epochs * args.steps * args.batch_size * world
     report.result(throughput=samples / seconds, final_train_loss=loss.item())
     print(f"rank {rank} of {world} (local rank {os.environ.get('LOCAL_RANK')}) done", flush=True)
+    # Free the DDP model (its reducer holds the process group in a reference cycle) while the
+    # interpreter is alive, so gloo's threads are joined before the exit (see ../ddp_gloo/train.py).
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 

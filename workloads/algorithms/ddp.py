@@ -8,6 +8,7 @@ parameter order), so ``synchronize`` has nothing left to wait for on CPU.
 
 from __future__ import annotations
 
+import gc
 import warnings
 
 import torch
@@ -45,5 +46,13 @@ class TorchDDP(GradientSync):
         (the step's marks wait for it, ``device.StepClock``)."""
 
     def close(self) -> None:
+        # The DDP wrapper's reducer holds the process group in a reference cycle: collected only at
+        # the interpreter's exit, gloo's run-loop threads may then still be freeing a collective's
+        # work, which needs the GIL the exiting interpreter no longer gives ("terminate called
+        # without an active exception", exit 134; pytorch/pytorch#190489). Unwrapped and collected
+        # here, the group is destroyed and its threads joined while Python still runs.
+        if isinstance(self.module, DistributedDataParallel):
+            self.module = self.module.module
+            gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
