@@ -19,6 +19,12 @@ from sqlalchemy import Connection, Engine, inspect
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
+# Before any of Alembic is imported (``upgrade`` imports ``alembic.command`` first thing): not its
+# "setup plugin ..." lines as it loads, nor "Context impl ..." on every open, which Hydra's job
+# logging would print into every first sweep's output.
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
 def alembic_config(engine: Engine):
     from alembic.config import Config
 
@@ -60,8 +66,6 @@ def is_current(engine: Engine) -> bool:
 @contextmanager
 def _migrating(engine: Engine) -> Iterator[tuple[Any, Connection]]:
     """Alembic's config bound to one connection, inside one transaction."""
-    # before Alembic is imported: not "setup plugin ..." lines as it loads, nor "Context impl ..." on every open
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     cfg = alembic_config(engine)
     with engine.connect() as conn:
         sqlite = engine.dialect.name == "sqlite"

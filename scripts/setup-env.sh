@@ -5,7 +5,7 @@
 # pyproject.toml changed.
 #
 # FACILITY=1: on a facility's login node, on top of its Python module (ALCF's conda, NERSC's
-# pytorch: README, "Running on a real machine"): the venv sees the module's packages
+# pytorch: docs/how-to/real-machines.md): the venv sees the module's packages
 # (--system-site-packages: its CUDA torch and its mpi4py built on Cray MPICH) and installs
 # scalestudy without dependencies, then only the pure-Python dependencies the module lacks;
 # torch, mpi4py and the mpich wheel are never installed over the module's.
@@ -62,7 +62,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # EXTRAS: test,mpich here (the mpich wheel is this host's MPI); on a machine with its own MPI
-# (mpi: system sites) use FACILITY=1 above (README, "Running on a real machine")
+# (mpi: system sites) use FACILITY=1 above (docs/how-to/real-machines.md)
 EXTRAS=${EXTRAS-test,mpich}
 echo "setup-env: installing torch==$TORCH_VERSION and scalestudy[$EXTRAS] (a minute or two the first time)"
 "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" 2> >(grep -v "^WARNING: Location" >&2)

@@ -341,3 +341,13 @@ def test_ctrl_c_stops_the_sweep_and_its_runs_in_seconds(tmp_path):
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout.split() == []
     assert {r.status for r in _runs(tmp_path / "scalestudy.db")} == {"interrupted"}   # not "failed" (issue 39)
     assert all("interrupted" in r.error for r in _runs(tmp_path / "scalestudy.db"))
+
+
+def test_a_relative_pythonpath_means_where_the_sweep_started():
+    """Runs execute in folders of their own: ``PYTHONPATH=examples/x scalestudy sweep ...`` (the
+    tutorial's form) must reach the ranks as an absolute path (tests/test_docs.py runs it for real)."""
+    from orchestrator.cli.sweep_cmd import absolute_pythonpath
+
+    sep = os.pathsep
+    assert absolute_pythonpath(f"examples/x{sep}/opt/lib{sep}{sep}../y", "/home/me/clone") == \
+        f"/home/me/clone/examples/x{sep}/opt/lib{sep}{sep}/home/me/y"

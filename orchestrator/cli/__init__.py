@@ -20,7 +20,7 @@ USAGE = """scalestudy <command> [options]       (scalestudy --version: this rele
 
 commands:
   sweep [--rerun] [--dry-run] [--detach] [KEY=VALUE ...]
-                                    run a study's sweep (Hydra overrides; see README)
+                                    run a study's sweep (Hydra overrides; scalestudy sweep --help)
   status [--study S] [--failed]     runs per study: pending, running, done, failed (--failed: why, and the log)
   query [--study S] [--where EXPR] [--group-by AXES --agg COL:AGG] [--attempts all]
                                     one row per run (or per group): table, CSV, JSON, Parquet

@@ -24,8 +24,12 @@ def sweep(argv: Sequence[str]) -> int:
     if refused:
         return fail(refused)
     # Run folders, logs, specs and the SQLite file are the user's alone: login nodes are shared
-    # (batch jobs set the same umask in their set-up; README, "Files and permissions").
+    # (batch jobs set the same umask in their set-up; docs/how-to/sites.md, "Files and permissions").
     os.umask(0o077)
+    # Runs execute in folders of their own: a relative PYTHONPATH entry (PYTHONPATH=examples/x, as the
+    # tutorial writes it) would import on this node and nowhere else; it means where the sweep started.
+    if os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = absolute_pythonpath(os.environ["PYTHONPATH"], os.getcwd())
     # A database URL may hold a password: keep it out of Hydra's config, which Hydra
     # writes into every run folder (and out of a detached driver's command line): a detached
     # driver gets it in its environment; this process holds it in memory, out of the
@@ -186,6 +190,12 @@ def config_dirs(args: Sequence[str]) -> list[Path]:
         elif arg.startswith("--config-dir="):
             dirs.append(Path(arg.split("=", 1)[1]))
     return dirs
+
+
+def absolute_pythonpath(value: str, cwd: str) -> str:
+    """Each relative entry of a PYTHONPATH made absolute against ``cwd`` (empty entries kept)."""
+    return os.pathsep.join(p if not p or os.path.isabs(p) else os.path.normpath(os.path.join(cwd, p))
+                           for p in value.split(os.pathsep))
 
 
 def sweep_help(args: Sequence[str] = ()) -> str:

@@ -9,7 +9,7 @@ scheduler:
   (``parsl_config``), runs handed to a block only when their nodes are free in it
   (``placement``), its interchange tied to the driver's life (``interchange``), and the
   providers Parsl lacks (``providers``). Parsl through its public interfaces only, on the
-  releases ``pyproject.toml`` names (the range CI runs; README, "Supported Parsl and Hydra
+  releases ``pyproject.toml`` names (the range CI runs; docs/reference/development.md, "Supported Parsl and Hydra
   releases").
 - ``LocalRunPool`` (this host): threads of the driver (``local``).
 """

@@ -10,11 +10,11 @@ Cobalt stand-ins, packed allocations, encryption, node loss, the run placement) 
 Hydra-facing ones (composition, the sweeper, Hydra's own launcher test suites). A release
 outside the range is refused before a sweep records or submits anything, in one line that
 names the tested range; raising the ceiling is a matter of running those suites on the new
-release and changing the one line in ``pyproject.toml`` (README, "Supported Parsl and Hydra
+release and changing the one line in ``pyproject.toml`` (docs/reference/development.md, "Supported Parsl and Hydra
 releases").
 
-Supported today (README, "Supported Parsl and Hydra releases"; ``tests/test_versions.py`` checks
-that the README says what ``pyproject.toml`` does):
+Supported today (docs/reference/development.md, "Supported Parsl and Hydra releases"; ``tests/test_versions.py`` checks
+that the page says what ``pyproject.toml`` does):
 
 - Parsl 2024.12.9 to 2026.10.26. The floor is the oldest release the Parsl-facing suites pass
   on: it is the first whose ``ClusterProvider`` (the public base of scalestudy's Cobalt provider)
@@ -83,7 +83,7 @@ def untested(dist: str, installed: str | None = None) -> str | None:
     if ok:
         return None
     return (f"{dist} {installed} is installed, but scalestudy is tested with {dist}{_pretty(tested)} only "
-            f"(pyproject.toml; README, \"Supported Parsl and Hydra releases\"): "
+            f"(pyproject.toml; docs/reference/development.md): "
             f"pip install '{dist}{_pretty(tested)}'")
 
 
