@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -21,8 +22,9 @@ from orchestrator.sweep.schema import key_help
 from workloads.registry import ALGORITHMS, DATASETS, MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
-# commands whose first argument picks what they do: each one's own page section
-SUBCOMMANDS = {"model": ("fit", "predict", "export"), "export": ("mlflow",), "db": ("upgrade", "current")}
+# SiteConfig fields a site file does not set (orchestrator/site/config.py refuses them in YAML)
+INTERNAL_SITE_FIELDS = ("name", "queue_pinned")
+FIELD_NAMES = {f.name for f in dataclasses.fields(SiteConfig)}
 
 
 def _help(argv: list[str]) -> str:
@@ -61,7 +63,7 @@ def sweep_keys() -> str:
               "**Studies shipped** (`study=NAME`): "
               + ", ".join(f"`{p.stem}`" for p in sorted((ROOT / "orchestrator/sweep/conf/study").glob("*.yaml")))
               + ".", "", "**Sites shipped** (`site=NAME`, or `site=/path/site.yaml`):", "",
-              "| site | scheduler | MPI launcher | |", "|---|---|---|---|"]
+              "| site | scheduler | MPI launcher | description |", "|---|---|---|---|"]
     for name in known_sites():
         site = load_site(name)
         lines.append(f"| `{name}` | {site.provider} | {site.mpi_launcher} | {site.description} |")
@@ -78,20 +80,46 @@ def cli() -> str:
 
 
 def _template_comments() -> dict[str, str]:
-    """Each key of the commented template with the comment lines just above it."""
+    """Each key of the commented template with the prose comment just above it. The file's
+    opening comment is its own header, and commented-out examples (``# nccl_network:`` and its
+    indented lines) are not prose: a top-level one names the key the prose above it is for."""
     comments: dict[str, str] = {}
     pending: list[str] = []
+    header = True
     for line in (site_dir() / "template.yaml").read_text().splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
-            pending.append(stripped.lstrip("# ").rstrip())
+            content = stripped[1:]
+            top = re.match(r"^ ?([a-z_]+):(\s|$)", content)
+            example = (top and top.group(1) in FIELD_NAMES) or re.match(r"^ {2,}\S|^ ?- ", content)
+            if example:
+                key = content.strip().split(":", 1)[0]
+                if not content.startswith("  ") and key and key not in comments and pending:
+                    comments[key] = " ".join(pending)
+                pending = []
+            elif not header:
+                pending.append(content.strip())
         elif line and not line.startswith((" ", "-")) and ":" in line:
+            header = False
             key = line.split(":", 1)[0]
-            comments[key] = " ".join(p for p in pending if p)
+            comments.setdefault(key, " ".join(p for p in pending if p))
             pending = []
-        elif not stripped:
+        else:
+            header = header and not stripped
             pending = []
     return comments
+
+
+def _yaml_type(annotation: str) -> str:
+    """What a site file writes for a field, in YAML's words rather than Python's."""
+    words = {"str": "string", "int": "integer", "bool": "true / false", "tuple[str, ...]": "list of strings",
+             "tuple[tuple[str, str], ...]": "mapping of names to values",
+             "tuple[QueueLimits, ...]": "mapping of queue names to limits"}
+    if annotation in words:
+        return words[annotation]
+    if annotation.endswith("| None"):
+        return "mapping (optional)"
+    return annotation
 
 
 def site_schema() -> str:
@@ -105,7 +133,7 @@ def site_schema() -> str:
              "`site_configs/template.yaml`.", "",
              "| key | type | default | in the template |", "|---|---|---|---|"]
     for f in dataclasses.fields(SiteConfig):
-        if f.name == "name":
+        if f.name in INTERNAL_SITE_FIELDS:
             continue
         if f.default is not dataclasses.MISSING:
             default = f"`{f.default!r}`"
@@ -114,9 +142,9 @@ def site_schema() -> str:
         else:
             default = "(required)"
         note = comments.get(f.name, "")
-        if f.name in template:
+        if f.name in template and "`" not in str(template[f.name]):
             note = (note + f" e.g. `{template[f.name]!r}`").strip()
-        type_name = str(f.type).replace("|", "or")
+        type_name = _yaml_type(str(f.type))
         lines.append(f"| `{f.name}` | {type_name} | {default} | {_cell(note)} |")
     lines += ["", "## The template", "", "```yaml", (site_dir() / "template.yaml").read_text().rstrip(), "```", ""]
     return "\n".join(lines)

@@ -37,7 +37,7 @@ commands:
   model fit --study S               fit the performance model (compute, allreduce, stragglers, overlap) and store it
   model predict --study S [--nodes 8,16,...,1024] [--site SITE]
                                     predicted throughput, efficiency, step breakdown with a band; a figure
-  plan study=S site=SITE --budget NODE_HOURS
+  plan study=S site=SITE account=PROJECT --budget NODE_HOURS
                                     node counts and repeats that fit a budget and the site's queues; the sweep to run
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """

@@ -16,7 +16,7 @@ def export(argv: Sequence[str]) -> int:
         description="mlflow: every finished run (each attempt) of a study as an MLflow run in experiment "
                     "scalestudy/STUDY: axes and params.* as params, headline numbers and metrics.* as metrics, "
                     "rank 0's loss and step time per step as metric history, site / batch job / commit as tags. "
-                    "Exporting again adds nothing twice. Needs pip install 'scalestudy[mlflow]'.")
+                    "Exporting again adds nothing twice. Needs the mlflow extra: pip install -e '.[mlflow]' in the clone.")
     parser.add_argument("target", choices=("mlflow",))
     parser.add_argument("--study", required=True)
     parser.add_argument("--tracking-uri", required=True,
