@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from workloads.spec import CONFIG_FIELDS
 
-from . import query, run_rows
+from . import confidence, query, run_rows
 from .run_rows import AGGREGATES, hashable_values  # noqa: F401 - AGGREGATES re-exported
 
 # The fields that make two runs "the same configuration" (seed and repeat index are the repeat).
@@ -75,27 +75,45 @@ def parse_baseline(baseline: str) -> tuple[str, object]:
 
 
 def compare(engine: Engine, baseline: str, study: str | None = None, metric: str = "throughput",
-            where=None) -> pd.DataFrame:
-    """Per configuration: the metric (mean ± std over repeats), the baseline's, speedup and efficiency.
+            where=None, ignore: Sequence[str] = ()) -> pd.DataFrame:
+    """Per configuration: the metric (mean ± std over repeats), the baseline's, speedup and
+    efficiency, each with its bootstrap interval over the repeats (``speedup_low``/``_high``,
+    ``efficiency_low``/``_high`` at ``confidence.LEVEL``; NaN with fewer than 2 repeats a side).
 
     Efficiency is speedup per unit of resources: speedup x baseline ranks / ranks (equal
     to the speedup when the baseline axis does not change the rank count, e.g. algorithm);
     against a threads_per_node baseline, per thread: x baseline threads / threads.
+    ``ignore``: axes that move with the swept ones (``compare_runs``; the CLI and the report pass
+    ``html_report.tables.dependent_axes``).
     """
     axis, _ = parse_baseline(baseline)
     runs = query.runs(engine, study=study, where=where)
     if metric.startswith("metrics.") and metric not in runs.columns:
         raise CompareError(f"metric {metric!r}: no run of this selection has it")
-    out = compare_runs(runs[runs["status"] == "done"], baseline, metric)
+    out = compare_runs(runs[runs["status"] == "done"], baseline, metric, ignore=ignore)
     keys = [a for a in config_axes(out) if a != axis]
     varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
     columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
-               "speedup_std", "efficiency"]
+               "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high"]
     if "energy_joules" in out and out["energy_joules"].notna().any():   # measured by the hosts' counters
         out = out.assign(energy_kj_mean=out["energy_joules"] / 1e3)
         columns.append("energy_kj_mean")
     mixed = lambda col: col.map(str) if col.map(type).nunique() > 1 else col  # noqa: E731 - text and numbers
     return out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
+
+
+def _key(row, columns: Sequence[str]) -> tuple:
+    """A configuration's values as a dict key (NaN and None the same: pandas groups them so)."""
+    return tuple(None if (isinstance(v, float) and v != v) else v for v in (row[c] for c in columns))
+
+
+def _values(runs: pd.DataFrame, columns: Sequence[str], metric: str):
+    """(first row of a configuration, its repeats' values of ``metric``) per configuration."""
+    if not columns:
+        yield {}, list(runs[metric].dropna())
+        return
+    for _, part in runs.groupby(list(columns), dropna=False):
+        yield part.iloc[0], list(part[metric].dropna())
 
 
 def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
@@ -135,6 +153,17 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
     out["speedup"] = out["mean"] / out["baseline_mean"]
     out["speedup_std"] = out["std"] / out["baseline_mean"]
     out["efficiency"] = out["speedup"] * out["_baseline_resources"] / out["_resources"]
+    # bootstrap intervals over repeats (results_db/confidence.py says what they rest on)
+    values = {_key(r, [*keys, axis]): v for r, v in _values(runs, [*keys, axis], metric)}
+    base_values = {_key(r, match): v for r, v in _values(runs[runs[axis] == value], match, metric)}
+    bounds = [confidence.ratio_interval(values.get(_key(row, [*keys, axis]), []),
+                                        base_values.get(_key(row, match), []))
+              for _, row in out.iterrows()]
+    scale = out["_baseline_resources"] / out["_resources"]
+    out["speedup_low"] = [b[0] for b in bounds]
+    out["speedup_high"] = [b[1] for b in bounds]
+    out["efficiency_low"] = out["speedup_low"] * scale
+    out["efficiency_high"] = out["speedup_high"] * scale
     out = out.drop(columns=["_resources", "_baseline_resources"])
     return out.rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
                                "baseline_mean": f"baseline_{metric}_mean"})

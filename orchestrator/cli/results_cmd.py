@@ -166,10 +166,23 @@ def compare(argv: Sequence[str]) -> int:
                              "fewest nodes, else sync, else the smallest other resource swept)")
     parser.add_argument("--metric", default="throughput", help="a numeric run column (default: throughput)")
     parser.add_argument("--where", action="append", default=None)
+    parser.add_argument("--knee", type=float, default=None, metavar="EFFICIENCY",
+                        help="also name, per group, the first size whose efficiency is below this with the "
+                             "intervals' confidence (e.g. 0.8)")
+    parser.add_argument("--against", default=None, metavar="STUDY",
+                        help="compare two sets of runs instead: this study's (B) against --study's (A), per "
+                             "configuration both ran: change with its interval, Welch's test, effect size, verdict")
+    parser.add_argument("--against-where", action="append", default=None, metavar="EXPR",
+                        help="B's filter (with --against, or alone: B is --study's runs that match it, A those "
+                             "matching --where)")
+    parser.add_argument("--ignore", default="", metavar="AXES",
+                        help="with --against: axes the two sets differ in on purpose, e.g. site")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", default=None)
     add_db_option(parser)
     args = parser.parse_args(argv)
+    if args.against or args.against_where:
+        return compare_two_sets(args)
 
     from results_db import compare, query
 
@@ -179,18 +192,100 @@ def compare(argv: Sequence[str]) -> int:
         engine = open_for_reading(args.db)
         query.check_study(engine, args.study)
         baseline = args.baseline
-        if baseline is None:
-            if not args.study:
-                raise ValueError("--baseline AXIS=VALUE, or --study NAME to have the report's default baseline")
+        if baseline is None and not args.study:
+            raise ValueError("--baseline AXIS=VALUE, or --study NAME to have the report's default baseline")
+        ignore: list[str] = []
+        if args.study:
             from results_db.figures.data import load_study
-            from results_db.html_report.tables import default_baseline
+            from results_db.html_report.tables import default_baseline, dependent_axes
 
-            baseline = default_baseline(load_study(engine, args.study, args.where))
+            study_runs = load_study(engine, args.study, args.where)
+            # axes that move with the swept ones (threads at one per worker): matched as the report does
+            ignore = dependent_axes(study_runs)
+        if baseline is None:
+            baseline = default_baseline(study_runs)
             if baseline is None:
                 raise ValueError(f"study {args.study!r} sweeps no axis to compare against: give --baseline AXIS=VALUE")
             print(f"baseline: {baseline} (the default; --baseline AXIS=VALUE chooses another)", file=sys.stderr)
-        frame = compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where)
+        frame = compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
+                                ignore=ignore)
+        if args.format == "table" and not args.out:
+            from ..terminal.tables import compare_display
+
+            from results_db.confidence import LEVEL
+
+            frame = compare_display(frame, args.metric)
+            print(f"{args.metric}: mean ± std over repeats; speedup and efficiency against {baseline} with "
+                  f"{LEVEL:.0%} bootstrap intervals over repeats (none with fewer than 2 a side)", file=sys.stderr)
         render(frame, args.format, title=f"{args.metric} vs {baseline}", out=args.out)
+        if args.knee is not None:
+            print_knees(compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
+                                        ignore=ignore), baseline, args.knee, ignore)
+    except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    return 0
+
+
+def print_knees(table, baseline: str, threshold: float, ignore=()) -> None:
+    """One line per group: where efficiency falls below ``threshold`` with confidence, or that it does not."""
+    from results_db.compare import parse_baseline
+    from results_db.confidence import knee
+
+    from ..terminal.tables import cell, interval_cell
+
+    axis, _ = parse_baseline(baseline)
+    groups = [c for c in table.columns if c not in (axis, "repeats", *ignore)
+              and not c.startswith(("speedup", "efficiency"))
+              and not c.endswith(("_mean", "_std"))]
+    for _, row in knee(table, axis, threshold, groups).iterrows():
+        where = ", ".join(f"{g}={cell(row[g])}" for g in groups)
+        prefix = f"knee ({where}): " if where else "knee: "
+        if row["knee"] is None:
+            print(f"{prefix}none: no {axis} has efficiency below {threshold:g} with confidence")
+        else:
+            print(f"{prefix}{axis}={cell(row['knee'])}, efficiency "
+                  f"{interval_cell(row['efficiency'], row['efficiency_low'], row['efficiency_high'])} < {threshold:g}")
+
+
+def compare_two_sets(args) -> int:
+    """``compare --against``: B against A per configuration, with a verdict."""
+    from results_db import compare, query, regression
+    from results_db.confidence import ALPHA, LEVEL
+
+    from ..terminal.output import render
+    from ..terminal.tables import cell, interval_cell
+
+    try:
+        if not args.study:
+            raise ValueError("--against needs --study (A, the reference)")
+        engine = open_for_reading(args.db)
+        query.check_study(engine, args.study)
+        if args.against:
+            query.check_study(engine, args.against)
+        a = query.runs(engine, study=args.study, where=args.where)
+        b = query.runs(engine, study=args.against or args.study, where=args.against_where)
+        ignore = [x for x in args.ignore.split(",") if x]
+        table = regression.compare_sets(a, b, metric=args.metric, ignore=ignore)
+        b_name = args.against or f"{args.study} where {' and '.join(args.against_where)}"
+        if args.format == "table" and not args.out:
+            keys = [c for c in table.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
+                                                         "change_low", "change_high", "p_value", "effect", "verdict"}]
+            shown = table[keys].copy()
+            shown["A"] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
+            shown["B"] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
+            shown["B/A"] = [interval_cell(*v) for v in zip(table["change"], table["change_low"], table["change_high"])]
+            shown["p"] = table["p_value"]
+            shown["g"] = table["effect"]
+            shown["verdict"] = table["verdict"]
+            print(f"{args.metric}, B ({b_name}) against A ({args.study}): means (repeats), B/A with its {LEVEL:.0%} "
+                  f"bootstrap interval, Welch's p, Hedges' g; a verdict needs the interval to exclude 1 and "
+                  f"p < {ALPHA:g}", file=sys.stderr)
+            render(shown, "table", title=f"{args.metric}: {b_name} against {args.study}")
+            counts = table["verdict"].value_counts()
+            print(", ".join(f"{counts[v]} {v}" for v in ("faster", "slower", "no evidence", "only in A", "only in B")
+                            if v in counts))
+        else:
+            render(table, args.format, title=f"{args.metric}: {b_name} against {args.study}", out=args.out)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0

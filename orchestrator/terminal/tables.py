@@ -32,6 +32,30 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def interval_cell(point: Any, low: Any, high: Any) -> str:
+    """``1.55 [1.32, 1.87]``: a value with its interval, in the tables' one number format."""
+    if low is None or (isinstance(low, float) and low != low):
+        return cell(point)
+    return f"{cell(point)} [{cell(low)}, {cell(high)}]"
+
+
+def compare_display(frame, metric: str):
+    """``compare``'s table as a terminal shows it: each value beside its interval, so that a
+    comparison fits 80 columns (CSV, JSON and Parquet keep every column apart)."""
+    axes = [c for c in frame.columns if c not in {"repeats", f"{metric}_mean", f"{metric}_std",
+                                                  f"baseline_{metric}_mean", "energy_kj_mean"}
+            and not c.startswith(("speedup", "efficiency"))]
+    out = frame[axes + ["repeats"]].copy()
+    out[metric] = [f"{cell(m)} ± {cell(s)}" if s == s else cell(m)
+                   for m, s in zip(frame[f"{metric}_mean"], frame[f"{metric}_std"])]
+    out["speedup"] = [interval_cell(*v) for v in zip(frame["speedup"], frame["speedup_low"], frame["speedup_high"])]
+    out["efficiency"] = [interval_cell(*v) for v in zip(frame["efficiency"], frame["efficiency_low"],
+                                                       frame["efficiency_high"])]
+    if "energy_kj_mean" in frame:
+        out["energy kJ"] = frame["energy_kj_mean"]
+    return out
+
+
 # headers as a terminal shows them, so that a table of runs fits 80 columns (the names stay
 # whole in CSV, JSON and Parquet, and in --columns)
 SHORT_HEADERS = {"workers_per_node": "workers/node", "threads_per_node": "threads/node", "batch_size": "batch",

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 from sqlalchemy import Engine
 
-from .. import compare, query
+from .. import compare, confidence, query
 from .data import RESOURCE_AXES, StudyRuns, throughput_vs, used
 
 RANK_AXES = ("nodes", "workers_per_node")
@@ -34,8 +34,32 @@ def efficiency_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
             return table
         out = table.assign(efficiency=table["throughput_mean"] / table["ideal"],
                            efficiency_std=table["throughput_std"] / table["ideal"])
+        out = _with_efficiency_interval(sr, axis, out)
         return used(out, table.attrs.get("run_ids", []))
     return _efficiency_vs_batch(sr)
+
+
+def _with_efficiency_interval(sr: StudyRuns, axis: str, table: pd.DataFrame) -> pd.DataFrame:
+    """``efficiency_low`` / ``_high``: each point's bootstrap interval over its repeats and its
+    series' first point's (``confidence.ratio_interval``), scaled as the efficiency is; NaN with
+    a single repeat on a side. Drawn as a band (``draw.efficiency``)."""
+    others = [a for a in sr.varying if a != axis]
+    frame = sr.with_config(others).rename(columns={"config": "series"})
+    values = {key: part["throughput"].dropna().tolist() for key, part in frame.groupby(["series", axis], dropna=False)}
+    lows, highs = [], []
+    for _, row in table.iterrows():
+        measured = table[(table["series"] == row["series"]) & table["throughput_mean"].notna()].sort_values(axis)
+        if measured.empty or row["throughput_mean"] != row["throughput_mean"]:
+            lows.append(math.nan)
+            highs.append(math.nan)
+            continue
+        base = measured.iloc[0]
+        low, high = confidence.ratio_interval(values.get((row["series"], row[axis]), []),
+                                              values.get((base["series"], base[axis]), []))
+        scale = base["throughput_mean"] / row["ideal"] if row["ideal"] else math.nan
+        lows.append(low * scale)
+        highs.append(high * scale)
+    return table.assign(efficiency_low=lows, efficiency_high=highs)
 
 
 def _efficiency_vs_batch(sr: StudyRuns) -> pd.DataFrame:

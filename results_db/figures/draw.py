@@ -162,10 +162,23 @@ def lines_with_spread(ax, frame: pd.DataFrame, axis: str, value: str, spread: st
 def efficiency(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     """Scaling efficiency lines (1 = linear scaling), one per series."""
     ax = fig.subplots()
-    lines_with_spread(ax, frame, axis, "efficiency", "efficiency_std")
+    if "efficiency_low" in frame and frame["efficiency_low"].notna().any():
+        # the bootstrap interval over repeats (results_db/confidence.py) as a band around each line
+        where = x_axis(ax, frame, axis)
+        hidden = coinciding(frame, "series", axis, "efficiency")
+        for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
+            style = line_style(i, dashed=False)
+            line, = ax.plot(where(part[axis]), part["efficiency"], label=series_label(series, hidden), **style)
+            ax.fill_between(where(part[axis]), part["efficiency_low"], part["efficiency_high"],
+                            color=line.get_color(), alpha=0.18, linewidth=0)
+        ax.plot([], [], " ", label="bands: 95 % bootstrap interval over repeats")
+        top = float(np.nanmax(frame[["efficiency", "efficiency_high"]].to_numpy()))
+    else:
+        lines_with_spread(ax, frame, axis, "efficiency", "efficiency_std")
+        top = float(np.nanmax(frame["efficiency"] + frame["efficiency_std"]))
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle=(0, (4, 3)), label="linear scaling (efficiency 1)")
     ax.set_ylabel("scaling efficiency (measured ÷ linear)")
-    ax.set_ylim(0, max(1.15, float(np.nanmax(frame["efficiency"] + frame["efficiency_std"])) * 1.05))
+    ax.set_ylim(0, max(1.15, top * 1.05))
     ax.grid(alpha=0.3)
     legend_beside(ax)
 

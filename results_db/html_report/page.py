@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from ..confidence import LEVEL
 from ..figures.data import label_of, setting
 from .provenance import Provenance
 
@@ -31,6 +32,15 @@ def fmt(value, digits: int, scale: float = 1.0, unit: str = "") -> str:
     if _missing(value):
         return "-"
     return f"{float(value) * scale:.{digits}f}{unit}"
+
+
+def with_interval(row: dict, name: str, fallback: str) -> str:
+    """``1.550 [1.324, 1.873]``: the value with its bootstrap interval over repeats
+    (``results_db/confidence.py``); without one (a single repeat a side), ``fallback``."""
+    low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
+    if _missing(low) or _missing(high):
+        return fallback
+    return f"{fmt(row.get(name), 3)} [{fmt(low, 3)}, {fmt(high, 3)}]"
 
 
 def mean_std(mean, std, n, digits: int, scale: float = 1.0, unit: str = "") -> str:
@@ -82,9 +92,11 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
         cells.append(_cell("throughput", mean_std(row.get("throughput_mean"), row.get("throughput_std"),
                                                   row.get("throughput_n"), 1), row.get("throughput_mean")))
         if baseline:
-            cells.append(_cell("speedup", mean_std(row.get("speedup"), row.get("speedup_std"),
-                                                   row.get("throughput_n"), 3) if done else "-", row.get("speedup")))
-            cells.append(_cell("efficiency", fmt(row.get("efficiency"), 3), row.get("efficiency")))
+            cells.append(_cell("speedup", with_interval(row, "speedup", mean_std(
+                row.get("speedup"), row.get("speedup_std"), row.get("throughput_n"), 3)) if done else "-",
+                row.get("speedup")))
+            cells.append(_cell("efficiency", with_interval(row, "efficiency", fmt(row.get("efficiency"), 3)),
+                               row.get("efficiency")))
         cells.append(_cell("final_top1", mean_std(row.get("top1_mean"), row.get("top1_std"), row.get("runs"), 1,
                                                   scale=100, unit=" %"), row.get("top1_mean")))
         if has_tta:
@@ -111,9 +123,11 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
            skipped: list[dict], failures: pd.DataFrame, provenance: Provenance,
            timelines: list[dict] | None = None, paper: pd.DataFrame | None = None) -> str:
     heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
-    legend = ("Throughput, speedup and accuracy are the mean ± standard deviation over a configuration's "
-              "repeats (runs that differ only in seed or repeat index). Efficiency is speedup × baseline ranks "
-              "÷ ranks.") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
+    legend = ("Throughput and accuracy are the mean ± standard deviation over a configuration's "
+              "repeats (runs that differ only in seed or repeat index). Speedup and efficiency are given with "
+              f"their {LEVEL:.0%} bootstrap interval over the repeats of the configuration and of the baseline, "
+              "each resampled within itself (with a single repeat on a side: mean ± std, or the value alone). "
+              "Efficiency is speedup × baseline ranks ÷ ranks.") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
                                             "configuration's repeats. No axis to compare against was swept.")
     rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]
     axes_rows = [r for r in rows_ if r["role"] != "fixed"]

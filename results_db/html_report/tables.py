@@ -128,7 +128,9 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         frame["samples_per_joule"] = per_joule.groupby(measured["config"], sort=False).mean() \
             .reindex(frame["config"]).to_numpy()
     frame["status"] = "done"
-    frame["speedup"] = frame["speedup_std"] = frame["efficiency"] = float("nan")
+    for column in ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low",
+                   "efficiency_high"):
+        frame[column] = float("nan")
     if baseline:
         axis, value = check_baseline(sr, baseline)
         try:
@@ -136,7 +138,8 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         except compare.CompareError as exc:
             raise ReportError(f"baseline {baseline}: {exc}") from None
         table = table.assign(config=[sr.label(row) for _, row in table.iterrows()]).set_index("config")
-        for column in ("speedup", "speedup_std", "efficiency"):
+        for column in ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low",
+                       "efficiency_high"):
             frame[column] = [table[column].get(c, float("nan")) for c in frame["config"]]
     tta = derived.time_to_accuracy(engine, sr, target)
     if not tta.empty:
