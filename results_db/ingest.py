@@ -344,6 +344,8 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     if job_id:
         run.job_id = str(job_id)
     run.versions = totals.versions
+    for name in ("model_flops_per_sample", "peak_flops", "peak_source", "mfu"):
+        setattr(run, name, result.get(name))
     for name in ("throughput", "rounds_per_second", "gradients_per_second", "classes", "train_seconds", "wall_seconds", "steps", "final_top1", "final_loss", "metrics",
                  "exit_code", "output_tail", "data_path_used", "nccl_network", "nccl_plugin"):
         setattr(run, name, result.get(name))

@@ -121,6 +121,12 @@ runs_table = Table(
     Column("rounds_per_second", Float),
     Column("gradients_per_second", Float),
     Column("classes", Integer),                               # the data's classes: top-1 at chance is 1 / classes
+    # model FLOP utilisation (workloads/flops.py): counted FLOPs per sample (forward + backward, a lower
+    # bound), the ranks' summed peak FLOP/s and what it was read from, throughput x FLOPs / peak
+    Column("model_flops_per_sample", Float),
+    Column("peak_flops", Float),
+    Column("peak_source", Text),
+    Column("mfu", Float),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),
     Column("steps", Integer),

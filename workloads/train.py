@@ -27,6 +27,7 @@ from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .energy import start_host_energy
 from .imbalance import DelayInjector
+from .flops import rank_peak, training_flops_per_sample
 from .metrics import MetricsWriter, cpu_affinity, write_result
 from .failure import SetupError
 from .models import build_model
@@ -134,7 +135,7 @@ def delay_injector(spec: RunSpec, world_size: int) -> DelayInjector:
                          world_size=world_size)
 
 
-def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module]:
+def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module, float]:
     """The run's data and model, on its device (a failure here is the configuration's or the
     factories', and would recur: a ``SetupError``, never retried)."""
     try:
@@ -143,12 +144,22 @@ def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, tor
         model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params)
     except Exception as exc:
         raise SetupError(f"{type(exc).__name__}: {exc}") from exc
+    flops = _counted_flops(model, data) if rank == 0 else float("nan")
     model = model.to(device)
     if spec.compute == "emulated":
         from .emulation import ComputeProfile, emulate_compute
 
         emulate_compute(model, ComputeProfile.load(spec.compute_profile), spec.seed, rank, data.x_train[:1])
-    return data, model
+    return data, model, flops
+
+
+def _counted_flops(model: torch.nn.Module, data: Dataset) -> float:
+    """FLOPs per training sample (``flops.training_flops_per_sample``), counted before the model is
+    placed or emulated; a model the counter cannot run is no reason to fail the run (NaN)."""
+    try:
+        return training_flops_per_sample(model, data.x_train[:2], data.y_train[:2])
+    except Exception:   # noqa: BLE001 - MFU is then unknown, and stored as such
+        return float("nan")
 
 
 def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock: AlignedClock,
@@ -200,7 +211,7 @@ def _write_rounds(writer: MetricsWriter, rank: int, rounds) -> None:
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
                 run_dir: Path, device: torch.device) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
-    data, model = _build(spec, rank, device)
+    data, model, flops = _build(spec, rank, device)
     delays = delay_injector(spec, size)
     utilization = UtilizationSampler(device)
     try:
@@ -213,6 +224,13 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     finally:
         busy = utilization.stop()
     outcome.summary["rank_summary"].update(gpu_peak_memory_bytes=peak_memory_bytes(device), gpu_utilization=busy)
+    peak = rank_peak(device, spec.threads_per_worker)
+    peaks = comm.allgather(peak.flops)
+    if rank == 0:
+        total = sum(peaks)
+        outcome.summary.update(model_flops_per_sample=flops, peak_flops=total,
+                               peak_source=f"{peak.source}; summed over {size} rank(s)",
+                               mfu=outcome.summary["throughput"] * flops / total if total > 0 else float("nan"))
     return outcome
 
 

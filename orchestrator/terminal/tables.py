@@ -61,7 +61,8 @@ def compare_display(frame, metric: str):
 SHORT_HEADERS = {"workers_per_node": "workers/node", "threads_per_node": "threads/node", "batch_size": "batch",
                  "final_top1": "top-1", "train_seconds": "train s", "throughput": "samples/s",
                  "imbalance_delay_ms": "delay ms", "rounds_per_second": "rounds/s",
-                 "gradients_per_second": "gradients/s", "world_size": "ranks"}
+                 "gradients_per_second": "gradients/s", "world_size": "ranks",
+                 "model_flops_per_sample": "FLOPs/sample", "peak_flops": "peak FLOP/s"}
 
 
 def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None,

@@ -26,7 +26,7 @@ import matplotlib
 import pandas as pd
 from sqlalchemy import Engine
 
-from . import data, derived, draw, energy
+from . import data, derived, draw, energy, utilisation
 from .notes import figure_notes
 
 FORMATS = ("png", "pdf", "svg")
@@ -204,6 +204,14 @@ CATALOG: tuple[FigureSpec, ...] = (
                lambda frame, fig: energy.draw_energy(frame, fig, "samples_per_joule"),
                caption="Training samples (steps × global batch) per joule the runs' hosts drew, mean ± standard "
                        "deviation over repeats: how much work a joule buys as the run spreads over more nodes."),
+    FigureSpec("mfu_vs_nodes", "Model FLOP utilisation against node count",
+               "runs of the built-in training loop (runs.mfu) at two node counts or more",
+               lambda ctx: utilisation.mfu_vs_nodes(ctx.runs), utilisation.draw_mfu,
+               caption="Training FLOP/s achieved (throughput × the model's FLOPs per sample, counted once by "
+                       "PyTorch's FLOP counter: matrix products and convolutions only, a lower bound) as a share "
+                       "of the ranks' summed peak (a GPU's datasheet number, TF32 where PyTorch allows it; a CPU "
+                       "rank's threads × clock × FP32 FLOPs per cycle, each thread counted as a core); mean ± "
+                       "standard deviation over repeats. The CSV names each series' peak and its source."),
     FigureSpec("partial_rounds", "Partial allreduce rounds: fresh, stale and null contributions",
                "eager_solo or eager_majority runs", lambda ctx: data.round_composition(ctx.engine, ctx.runs),
                draw.rounds, size=(7.5, 4.2),
