@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
                                   result_file)
 
+from .binding import audit as audit_binding
 from .failpoints import failpoint
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
@@ -170,9 +171,11 @@ class _RunTotals:
         self.peak_memory: list[float] = []
         self.utilization: list[float] = []
         self.energy: dict[str, dict[str, Any]] = {}   # hostname -> its reading (the host's first rank's)
+        self.starts: list[dict[str, Any]] = []        # every rank's run_start, for the binding audit
 
     def add_rank(self, start: dict[str, Any]) -> str:
         """Count a rank's ``run_start``; returns the node it ran on."""
+        self.starts.append(start)
         host = start.get("node") or start.get("host", "?")
         if host not in self.hosts:
             self.hosts.append(host)
@@ -340,6 +343,7 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     """The run's row from its summary and the ranks' totals."""
     run.hosts = ",".join(totals.hosts)
     run.host_cpus = totals.fewest_cpus
+    run.binding = audit_binding(totals.starts, device=run.device or "cpu")
     run.host_load = totals.host_load(max(1, (run.threads_per_node or 1) // max(1, run.workers_per_node or 1)))
     if job_id:
         run.job_id = str(job_id)

@@ -127,6 +127,8 @@ runs_table = Table(
     Column("peak_flops", Float),
     Column("peak_source", Text),
     Column("mfu", Float),
+    # the binding audit (results_db/binding.py): one line per finding; [] checked and clean, null unrecorded
+    Column("binding", JSON),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),
     Column("steps", Integer),

@@ -29,7 +29,7 @@ from pathlib import Path
 from . import report
 from .energy import HostEnergy, open_meter
 from .failure import SETUP, record_failure
-from .metrics import cpu_affinity
+from .metrics import cpu_affinity, numa_nodes
 from .placement import bind_gpu, host_gpus, launcher_ranks, visible_gpus
 from .run_folder import REPORTED_RESULT_FILE, rank_metrics_file, rank_output_file
 from .spec import RunSpec
@@ -110,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{socket.gethostname()} (no NVIDIA driver: /proc/driver/nvidia/gpus is absent)", 1)
         bind_gpu(spec.gpu_binding, spec.gpus_per_node, spec.world_size, spec.workers_per_node, env)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    cpus = cpu_affinity()
     report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
                                                 "node": node, "pid": os.getpid(), "t": time.time(),
                                                 "command": program, "local_rank": local_rank,
-                                                "cpus": cpu_affinity()})
+                                                "cpus": cpus, "numa": numa_nodes(cpus),
+                                                "host_cpus": os.cpu_count()})
     out_path = rank_output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:   # the host's first rank reads its energy counters (workloads/energy.py)

@@ -71,6 +71,15 @@ def _physical_index(index: int) -> int | None:
     return int(visible[index]) if index < len(visible) and visible[index].isdigit() else None
 
 
+def pci_numa_node(bus_id: str, root: str = "/sys/bus/pci/devices") -> int | None:
+    """The NUMA node a PCI device hangs off (the kernel's ``numa_node``; -1 or missing: unknown)."""
+    try:
+        node = int(open(f"{root}/{bus_id.lower()}/numa_node").read().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
 def gpu_facts(device: torch.device) -> dict[str, Any] | None:
     """What a run's record says of the rank's GPU (``run_start``); None on a CPU."""
     if device.type != "cuda":
@@ -79,7 +88,11 @@ def gpu_facts(device: torch.device) -> dict[str, Any] | None:
     facts: dict[str, Any] = {"name": props.name, "memory_bytes": int(props.total_memory),
                              "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda,
                              "visible": os.environ.get(VISIBLE), "uuid": str(getattr(props, "uuid", "")) or None,
-                             "nccl": None, "driver": None}
+                             "nccl": None, "driver": None, "pci_bus_id": None, "numa_node": None}
+    if getattr(props, "pci_bus_id", None) is not None:   # torch >= 2.5; the binding audit's NUMA check
+        bus = f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        facts["pci_bus_id"] = bus
+        facts["numa_node"] = pci_numa_node(bus)
     try:
         version = torch.cuda.nccl.version()
         facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)

@@ -17,6 +17,32 @@ from typing import Any
 from .run_folder import METRICS_SCHEMA, rank_metrics_file, result_file
 
 
+def _cpulist(text: str) -> set[int]:
+    """``0-3,8,10-11`` as a set of CPU numbers (the kernel's cpulist format)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            low, _, high = part.partition("-")
+            out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def numa_nodes(cpus: list[int] | None, root: Path = Path("/sys/devices/system/node")) -> list[int] | None:
+    """The NUMA nodes holding these CPUs (the binding audit compares them with the GPU's);
+    None where the kernel does not say."""
+    if cpus is None or not root.is_dir():
+        return None
+    wanted = set(cpus)
+    nodes = []
+    for node in sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            if _cpulist((node / "cpulist").read_text()) & wanted:
+                nodes.append(int(node.name[4:]))
+        except (OSError, ValueError):
+            return None
+    return nodes
+
+
 def cpu_affinity() -> list[int] | None:
     """The CPUs this rank may run on (its affinity as the launcher's binding, a cpuset or
     ``taskset`` left it; a CPU quota such as ``docker --cpus`` does not show here): how many

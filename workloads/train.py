@@ -28,7 +28,7 @@ from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes,
 from .energy import start_host_energy
 from .imbalance import DelayInjector
 from .flops import rank_peak, training_flops_per_sample
-from .metrics import MetricsWriter, cpu_affinity, write_result
+from .metrics import MetricsWriter, cpu_affinity, numa_nodes, write_result
 from .failure import SetupError
 from .models import build_model
 from .nccl_network import network_facts
@@ -101,9 +101,11 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     versions = library_versions()
     if gpu is not None:
         versions.update({k: gpu[k] for k in ("cuda", "nccl", "driver")})
+    cpus = cpu_affinity()
     writer.run_start(
         spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
-        node=node_name(), job_id=scheduler_job_id(), threads=torch.get_num_threads(), cpus=cpu_affinity(),
+        node=node_name(), job_id=scheduler_job_id(), threads=torch.get_num_threads(), cpus=cpus,
+        numa=numa_nodes(cpus), host_cpus=os.cpu_count(),
         clock_offset=clock.offset, t=clock.now(), versions=versions, gpu=gpu,
     )
     energy = None

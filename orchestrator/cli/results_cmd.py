@@ -39,6 +39,7 @@ def status(argv: Sequence[str]) -> int:
     _print_counts(columns, rows)
     _print_sweep_drivers(engine, args.study)
     _print_socket_runs(engine, args.study)
+    _print_binding(engine, args.study)
     if not (args.failed or args.runs or args.study):
         return 0
     from results_db import run_rows
@@ -84,6 +85,19 @@ def _print_sweep_drivers(engine, study: str | None) -> None:
                 d.heartbeat_age < HEARTBEAT_STALE_SECONDS else age
             print(f"sweep {d.driver} (study {d.study}): stopped ({why}); {held} left unfinished — "
                   "the same sweep command resumes them")
+
+
+def _print_binding(engine, study: str | None, shown: int = 5) -> None:
+    """Runs whose ranks ran where their configuration did not mean them to (results_db.binding)."""
+    from results_db.binding import flagged_runs
+
+    flagged = flagged_runs(engine, study)
+    for name, run_id, found in flagged[:shown]:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        print(f"WARNING binding: run {run_id} (study {name}): {found[0]}{more}")
+    if len(flagged) > shown:
+        print(f"WARNING binding: {len(flagged) - shown} more run(s); every finding: scalestudy query "
+              f"--columns run_id,study,binding --format csv")
 
 
 def _print_socket_runs(engine, study: str | None) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from .. import query
+from ..binding import flagged_runs
 from ..nccl import SocketRuns, socket_runs
 from ..store import safe_url
 
@@ -90,6 +91,11 @@ def collect(engine: Engine, study: str, db_url: str, where=None) -> Provenance:
         ids = tuple(i for i in found.run_ids if i in selected)
         if ids:
             prov.warnings.append(SocketRuns(found.study, found.plugin, ids).describe())
+    # the binding audit (results_db/binding.py): where ranks ran against what the run meant
+    for name, run_id, found in flagged_runs(engine, study):
+        if run_id in selected:
+            more = f"; and {len(found) - 1} more finding(s)" if len(found) > 1 else ""
+            prov.warnings.append(f"binding of run {run_id}: {found[0]}{more} (runs.binding holds them all)")
     prov.hosts = sorted({h for hosts in runs["hosts"].dropna() for h in str(hosts).split(",") if h})
     logins = sorted({e["login_host"] for e in env if e.get("login_host")})
     if logins:
