@@ -39,6 +39,7 @@ commands:
                                     predicted throughput, efficiency, step breakdown with a band; a figure
   plan study=S site=SITE account=PROJECT --budget NODE_HOURS
                                     node counts and repeats that fit a budget and the site's queues; the sweep to run
+  network SITE                      the site's network as measured (study=network) beside its nominal numbers
   db upgrade|current                migrate the results database to this version's schema / show its revision
 """
 
@@ -49,7 +50,8 @@ COMMANDS = {"sweep": "sweep_cmd:sweep", "status": "results_cmd:status", "query":
             "compare": "results_cmd:compare", "figures": "results_cmd:figures", "report": "results_cmd:report",
             "timeline": "timeline_cmd:timeline", "export": "export_cmd:export",
             "ingest": "admin_cmd:ingest", "sites": "admin_cmd:sites", "db": "admin_cmd:db",
-            "profile": "model_cmd:profile", "model": "model_cmd:model", "plan": "plan_cmd:plan"}
+            "profile": "model_cmd:profile", "model": "model_cmd:model", "plan": "plan_cmd:plan",
+            "network": "network_cmd:network"}
 
 
 def _command(name: str):

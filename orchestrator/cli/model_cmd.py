@@ -104,6 +104,9 @@ def model(argv: Sequence[str]) -> int:
                         help="predict: ranks per node (default: the study's)")
     parser.add_argument("--site", default=None, help="predict: take the network from this site's network: block "
                                                      "(default: the allreduce fitted on the study's machine)")
+    parser.add_argument("--network", choices=("nominal", "measured"), default="nominal",
+                        help="predict with --site: the site file's network numbers (nominal), or those fitted to "
+                             "the site's study=network runs (measured; scalestudy network SITE shows both)")
     parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
     parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
     parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY); "
@@ -189,13 +192,25 @@ def _fit(args) -> int:
     return 0 if fit["terms"] else 2
 
 
-def _network(site_name: str | None):
+def _network(site_name: str | None, source: str = "nominal", engine=None):
     from ..site.config import load_site
     from ..site.model_inputs import network_of
 
     if site_name is None:
+        if source == "measured":
+            raise ValueError("--network measured: give --site SITE (whose study=network runs were measured)")
         return None, None
     site = load_site(site_name)
+    if source == "measured":
+        from perf_model.machine import Network
+        from results_db.network import fit_network, measurements
+
+        fitted = fit_network(measurements(engine, site.name))
+        if fitted is None:
+            raise ValueError(f"--network measured: site {site.name} has no network measurement across nodes: "
+                             f"scalestudy sweep study=network site={site.name} nodes=2,4")
+        return site, Network(fitted.latency_us * 1e-6, fitted.node_bandwidth_gbs * 1e9,
+                             f"measured on site {site.name}: {fitted.describe()}")
     if site.network is None:
         raise ValueError(f"--site {site_name}: its site YAML has no network: block (latency_us, node_bandwidth_gbs, "
                          "source); see site_configs/template.yaml")
@@ -212,6 +227,8 @@ def _predict(args) -> int:
 
     if args.nodes and args.ranks:
         return fail("--nodes and --ranks: give one")
+    if args.network == "measured" and not args.site:
+        return fail("--network measured: give --site SITE (whose study=network runs were measured)")
     band = DEFAULT_BAND if args.band is None else args.band
     if not 0 < band < 1:
         return fail(f"--band {band}: expected a fraction in (0, 1)")
@@ -226,7 +243,7 @@ def _predict(args) -> int:
         return fail(f"study {args.study!r} has no model fit: run scalestudy model fit --study {args.study}")
     try:
         algorithm = choose_algorithm(fit, args.algorithm)
-        site, network = _network(args.site)
+        site, network = _network(args.site, args.network, engine)
         if args.ranks:
             counts, wpn = parse_counts("--ranks", args.ranks), 1   # one rank per node: P ranks on P nodes
             if args.workers_per_node:
@@ -280,7 +297,8 @@ def unvalidated_on(engine, fit, site) -> str:
         return ""
     shown = "; ".join(f"site {s}, compute={c}, device={d}" for s, c, d in sorted(fitted)) or "no runs"
     return (f"the fit has no real run there (it was fitted on {shown}); every number above combines that "
-            f"machine's fitted terms with the site file's network ({site.network.describe()})")
+            f"machine's fitted terms with the site's network "
+            f"({site.network.describe() if site.network is not None else 'as measured there'})")
 
 
 def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, network, band: float) -> None:

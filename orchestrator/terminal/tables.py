@@ -87,6 +87,10 @@ def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str
     return table
 
 
+# a sweep's table shows a command's reported metrics as columns up to this many
+SWEEP_METRICS_SHOWN = 4
+
+
 def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> None:
     """A sweep of commands shows each run's command instead of the built-in loop's algorithm and model."""
     ids = [int(i) for i in run_ids]
@@ -105,6 +109,9 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
             for key in values or {}:
                 if key not in keys[field]:
                     keys[field].append(key)
+    hidden = []
+    if len(keys["metrics"]) > SWEEP_METRICS_SHOWN:   # a curve of metrics (netbench's sizes) cannot fit a terminal
+        hidden, keys["metrics"] = keys["metrics"], []
     numeric = {"run_id", "nodes", "workers_per_node", "threads_per_node", "batch_size", "seed", *RESULTS}
     columns = ["run_id", *names, *(f"params.{k}" for k in keys["params"]), *(f"metrics.{k}" for k in keys["metrics"])]
     cells = []
@@ -114,6 +121,9 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
                       *(cell(metrics.get(k)) for k in keys["metrics"])])
     table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns], fold_constant=True)
     Console(width=None if sys.stdout.isatty() else 250).print(table)
+    if hidden:
+        print(f"({len(hidden)} reported metrics per run, not shown here ({', '.join(hidden[:3])}, ...): "
+              f"scalestudy query --columns run_id,metrics.{hidden[0]} --format csv)")
 
 
 def duration_text(seconds: float) -> str:

@@ -1,0 +1,64 @@
+"""``scalestudy network SITE``: the site's network as measured (``study=network``) beside its site
+file's nominal numbers, and the bus bandwidth the site's runs achieved (``results_db.network``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .common import add_db_option, fail
+
+
+def network(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scalestudy network",
+        description="A site's network as measured by its study=network runs (allreduce time and bus bandwidth "
+                    "over message sizes, workloads/netbench.py), the latency and bandwidth fitted to them beside "
+                    "the site file's nominal numbers, and what its runs with a timeline achieved.")
+    parser.add_argument("site", help="a site name (site_configs/) or a site YAML's path")
+    parser.add_argument("--study", default=None, help="only this study's runs in the achieved table")
+    add_db_option(parser)
+    args = parser.parse_args(argv)
+
+    from results_db import network as net
+
+    from ..errors import ConfigError
+    from ..site.config import load_site
+    from ..terminal.output import render
+    from .common import NoDatabase, OlderSchema, open_for_reading
+
+    try:
+        site = load_site(args.site)
+        engine = open_for_reading(args.db)
+    except (ConfigError, NoDatabase, OlderSchema) as exc:
+        return fail(str(exc))
+    measured = net.measurements(engine, site.name)
+    if measured.empty:
+        print(f"site {site.name}: no network measurements yet; measure inside its allocations with:\n"
+              f"  scalestudy sweep study=network site={site.name} nodes=2,4" +
+              (" account=PROJECT" if site.scheduler.batch_jobs else ""))
+    else:
+        curve = (measured.groupby(["nodes", "workers_per_node", "bytes"])["busbw_gbps"].median().unstack([0, 1]))
+        curve.columns = [f"busbw GB/s, {n}x{w}" for n, w in curve.columns]
+        render(curve.reset_index(), "table", title=f"site {site.name}: allreduce bus bandwidth (median of "
+                                                   f"{measured['run_id'].nunique()} run(s)), nodes x ranks per node")
+    fitted = net.fit_network(measured) if not measured.empty else None
+    print(f"measured: {fitted.describe()}" if fitted else
+          "measured: nothing to fit (needs runs on 2 nodes or more at 2 sizes or more)")
+    if site.network is not None:
+        print(f"nominal (site file): {site.network.describe()}")
+        if fitted:
+            print(f"measured / nominal: latency {fitted.latency_us / site.network.latency_us:.2f}x, bandwidth "
+                  f"{fitted.node_bandwidth_gbs / site.network.node_bandwidth_gbs:.2f}x")
+    else:
+        print("nominal (site file): none (no network: block)")
+    runs = net.achieved(engine, site.name, args.study)
+    if runs.empty:
+        print(f"achieved: no run with a timeline here has fused allreduces of {net.LARGE >> 20} MiB or more")
+    else:
+        render(runs, "table", title=f"achieved by runs with a timeline: median busbw of fused allreduces of "
+                                    f"{net.LARGE >> 20} MiB or more")
+    print("(busbw = bytes / time x 2(n-1)/n, as nccl-tests defines it; model predict --network measured uses "
+          "the measured numbers)", file=sys.stderr)
+    return 0

@@ -1,0 +1,118 @@
+"""A site's network as measured (``study=network``, ``workloads/netbench.py``) beside its site
+file's nominal numbers, and what each study's runs achieved through it.
+
+- ``measurements``: every done run on the site that reported netbench's per-size metrics, one row
+  per (run, size), with when it ran: stored per site and date as any run is.
+- ``fit_network``: the latency and per-node bandwidth of the performance model's allreduce
+  term, A = 2 ceil(log2 P) lat + 2(P-1)/P N w / B (w ranks per node share a node's bandwidth B),
+  fitted to the multi-node measurements by least squares on relative residuals (one node measures
+  shared memory, not the network). ``model predict --network measured`` predicts with it.
+- ``achieved``: per run with a timeline, the median bus bandwidth of its fused allreduces of
+  1 MiB or more (latency-bound small ones would say nothing of the link), from the last rank's
+  start to the last rank's end: the same measure as netbench's, from inside training.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine
+
+from . import query
+
+_METRIC = re.compile(r"^(busbw_gbps|time_us)_(\d+)b$")
+LARGE = 1 << 20   # bytes: collectives at least this large say something of bandwidth
+
+
+def bus_factor(ranks: int) -> float:
+    return 2 * (ranks - 1) / ranks if ranks > 1 else 0.0
+
+
+def measurements(engine: Engine, site: str) -> pd.DataFrame:
+    """One row per (run, message size) of the site's netbench runs (latest attempts, done)."""
+    runs = query.runs(engine, where=f"site={site}, status=done")
+    rows = []
+    for run in runs.to_dict("records"):
+        metrics = run.get("metrics") if isinstance(run.get("metrics"), dict) else {}
+        sizes: dict[int, dict[str, float]] = {}
+        for key, value in metrics.items():
+            found = _METRIC.match(key)
+            if found and isinstance(value, (int, float)):
+                sizes.setdefault(int(found.group(2)), {})[found.group(1)] = float(value)
+        for size, values in sizes.items():
+            if "time_us" in values:
+                rows.append({"run_id": run["run_id"], "study": run["study"], "created_at": run.get("created_at"),
+                             "nodes": int(run["nodes"]), "workers_per_node": int(run["workers_per_node"]),
+                             "world_size": int(run["nodes"]) * int(run["workers_per_node"]), "bytes": size,
+                             "time_us": values["time_us"], "busbw_gbps": values.get("busbw_gbps", math.nan)})
+    return pd.DataFrame(rows, columns=["run_id", "study", "created_at", "nodes", "workers_per_node", "world_size",
+                                       "bytes", "time_us", "busbw_gbps"])
+
+
+@dataclass(frozen=True)
+class MeasuredNetwork:
+    latency_us: float
+    node_bandwidth_gbs: float
+    points: int
+    run_ids: tuple[int, ...]
+    rms_relative: float       # the fit's residuals, relative to the measured times
+    measured: str             # when: the runs' dates
+
+    def describe(self) -> str:
+        return (f"latency {self.latency_us:.3g} us, bandwidth {self.node_bandwidth_gbs:.3g} GB/s per node, measured "
+                f"({len(self.run_ids)} run(s) of {self.measured}; {self.points} points, RMS residual "
+                f"{self.rms_relative:.0%})")
+
+
+def fit_network(frame: pd.DataFrame) -> MeasuredNetwork | None:
+    """The allreduce term's latency and node bandwidth from multi-node measurements; None with
+    fewer than two sizes across nodes (nothing to separate latency from bandwidth)."""
+    across = frame[frame["nodes"] > 1]
+    if across.empty or across["bytes"].nunique() < 2:
+        return None
+    p = across["world_size"].to_numpy(dtype=float)
+    steps = 2 * np.ceil(np.log2(p))
+    volume = 2 * (p - 1) / p * across["bytes"].to_numpy(dtype=float) * across["workers_per_node"].to_numpy(dtype=float)
+    t = across["time_us"].to_numpy(dtype=float) * 1e-6
+    design = np.column_stack([steps, volume]) / t[:, None]     # relative residuals: every size counts
+    from scipy.optimize import nnls
+
+    (lat, inverse_bw), _ = nnls(design, np.ones_like(t))
+    if inverse_bw <= 0:
+        return None
+    predicted = steps * lat + volume * inverse_bw
+    dates = sorted({str(d)[:10] for d in across["created_at"] if d is not None})
+    return MeasuredNetwork(latency_us=float(lat * 1e6), node_bandwidth_gbs=float(1 / inverse_bw / 1e9), points=len(t),
+                           run_ids=tuple(sorted({int(i) for i in across["run_id"]})),
+                           rms_relative=float(np.sqrt(np.mean(((predicted - t) / t) ** 2))),
+                           measured=" to ".join(dict.fromkeys([dates[0], dates[-1]])) if dates else "unknown dates")
+
+
+def achieved(engine: Engine, site: str, study: str | None = None) -> pd.DataFrame:
+    """Per run on the site with a timeline: the median bus bandwidth of its fused allreduces of
+    ``LARGE`` bytes or more, and how many there were."""
+    where = [f"site={site}", "status=done", "timeline=true"]
+    runs = query.runs(engine, study=study, where=", ".join(where))
+    if runs.empty:
+        return pd.DataFrame(columns=["run_id", "study", "nodes", "workers_per_node", "collectives", "busbw_gbps"])
+    events = query.events(engine, runs["run_id"], phases=["allreduce"])
+    rows = []
+    for run in runs.to_dict("records"):
+        own = events[(events["run_id"] == run["run_id"]) & (events["bytes"] >= LARGE)]
+        if own.empty:
+            continue
+        per = own.groupby(["step", "tensor"]).agg(start=("t0", "max"), end=("t1", "max"), size=("bytes", "max"))
+        seconds = (per["end"] - per["start"]).to_numpy()
+        ok = seconds > 0
+        if not ok.any():
+            continue
+        ranks = int(run["nodes"]) * int(run["workers_per_node"])
+        busbw = per["size"].to_numpy()[ok] / seconds[ok] * bus_factor(ranks) / 1e9
+        rows.append({"run_id": run["run_id"], "study": run["study"], "nodes": int(run["nodes"]),
+                     "workers_per_node": int(run["workers_per_node"]), "collectives": int(ok.sum()),
+                     "busbw_gbps": float(np.median(busbw))})
+    return pd.DataFrame(rows, columns=["run_id", "study", "nodes", "workers_per_node", "collectives", "busbw_gbps"])
