@@ -65,3 +65,34 @@ def test_a_network_study_is_read_back_beside_the_nominal_numbers(tmp_path):
     refused = scalestudy("model", "predict", "--study", "network", "--network", "measured", "--db", db, cwd=tmp_path)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--network measured: give --site SITE" in refused.stderr
+
+
+def test_achieved_busbw_is_the_median_over_large_fused_allreduces(tmp_path):
+    """Two ranks, three fused allreduces of 4 MiB lasting (from the last rank's start to the last
+    rank's end) 1, 2 and 4 ms, and one of 1 KiB: the median of 4 MiB / 2 ms x 2(2-1)/2 = 2.097 GB/s."""
+    from sqlalchemy import insert, update
+    from sqlalchemy.orm import Session
+
+    from results_db import connect
+    from results_db.network import achieved
+    from results_db.runs import PlannedRun, register_runs
+    from results_db.schema import Event, Run
+    from workloads.spec import RunSpec
+
+    engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
+    spec = RunSpec(study="t", site="local", nodes=2, workers_per_node=1, threads_per_node=1, batch_size=8,
+                   timeline=True)
+    [d] = register_runs(engine, "t", [PlannedRun("k", spec.to_dict(), "/nowhere")])
+    size, rows = 4 << 20, []
+    for step, ms in enumerate((1.0, 2.0, 4.0)):
+        for rank, late in ((0, 0.0), (1, 0.5e-3)):   # rank 1 starts later: the collective starts then
+            rows.append({"run_id": d.run_id, "rank": rank, "step": step, "tensor": "fused0", "phase": "allreduce",
+                         "t0": 10.0 + step + late, "t1": 10.0 + step + 0.5e-3 + ms * 1e-3, "bytes": size})
+    rows.append({"run_id": d.run_id, "rank": 0, "step": 0, "tensor": "fused1", "phase": "allreduce",
+                 "t0": 20.0, "t1": 20.1, "bytes": 1024})
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).where(Run.id == d.run_id).values(status="done", throughput=1.0))
+        s.execute(insert(Event), rows)
+    table = achieved(engine, "local")
+    assert list(table["collectives"]) == [3]
+    assert table["busbw_gbps"].iloc[0] == pytest.approx(size / 2e-3 / 1e9)
