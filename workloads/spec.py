@@ -84,6 +84,14 @@ class RunSpec:
                                     "false: on the training thread, between gradient hooks")
     timeline: bool = axis(False, builtin_only=True,
                           help="record per-tensor events: gradient ready, fused allreduces, waits, updates")
+    timeline_steps: str = axis("", builtin_only=True, label="timeline steps", hashed_when_default=False,
+                               grouping=False,
+                               help="timeline=true: record only steps FIRST-LAST (e.g. 100-119), so that a long "
+                                    "run's timeline stays small; empty: every step")
+    timeline_ranks: int = axis(0, builtin_only=True, label="timeline ranks", hashed_when_default=False,
+                               grouping=False,
+                               help="timeline=true: record only this many ranks, spread evenly from rank 0 to the "
+                                    "last; 0: every rank")
     device: str = axis("cpu", config_default="auto", summary=True,
                        help="cpu, or cuda: one rank per GPU (auto: cuda where the site declares GPUs, "
                             "accelerators_per_node, else cpu)")
@@ -149,6 +157,30 @@ class RunSpec:
     @property
     def global_batch_size(self) -> int:
         return self.batch_size * self.world_size
+
+    def timeline_step_range(self) -> tuple[int, int] | None:
+        """``timeline_steps`` as (first, last), inclusive; None: every step."""
+        if not self.timeline_steps:
+            return None
+        first, _, last = self.timeline_steps.partition("-")
+        return int(first), int(last)
+
+    def timeline_rank_sample(self) -> frozenset[int] | None:
+        """The ranks whose timeline is recorded: ``timeline_ranks`` spread evenly from rank 0 to the
+        last (both always in); None: every rank."""
+        n, world = self.timeline_ranks, self.world_size
+        if n <= 0 or n >= world:
+            return None
+        if n == 1:
+            return frozenset({0})
+        return frozenset(round(i * (world - 1) / (n - 1)) for i in range(n))
+
+    def records_timeline(self, step: int, rank: int) -> bool:
+        """Whether this rank writes this step's timeline events (``timeline`` on, in the window and sample)."""
+        if not self.timeline:
+            return False
+        window, sample = self.timeline_step_range(), self.timeline_rank_sample()
+        return (window is None or window[0] <= step <= window[1]) and (sample is None or rank in sample)
 
     def resync_period(self, steps_per_epoch: int) -> int:
         """eager-SGD's synchronous rounds, in steps: ``sync_every`` where set, else every

@@ -267,8 +267,11 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
             gradients += 1
             samples_computed += len(idx)
             record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
-            if spec.timeline:
-                _write_step_events(writer, step, t_start, marks[0], marks[1:], engine.drain_events())
+            if spec.timeline:   # drained every step; written in the spec's window and rank sample only
+                events = engine.drain_events()
+                if spec.records_timeline(step, rank):
+                    _write_step_events(writer, step, t_start, marks[0], marks[1:],
+                                       [e for e in events if spec.records_timeline(int(e.get("step", step)), rank)])
             _write_rounds(writer, rank, engine.drain_rounds())
             step = min(engine.next_step(step), total_steps)
             # every epoch this rank's steps have passed ends with an evaluation (a collective:

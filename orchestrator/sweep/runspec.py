@@ -56,6 +56,22 @@ def _float(field: str, value: Any, minimum: float = 0.0, strict: bool = True) ->
     return float(value)
 
 
+def _timeline_sample(timeline: Any, steps: Any, ranks: Any) -> dict[str, Any]:
+    """``timeline_steps`` (FIRST-LAST, or empty) and ``timeline_ranks`` (>= 0), only with a timeline."""
+    text = "" if steps is None else str(steps).strip()
+    if text and not re.fullmatch(r"\d+-\d+", text):
+        raise ConfigError("timeline_steps", steps, "expected FIRST-LAST, e.g. 100-119 (steps from 0), or empty")
+    if text:
+        first, last = (int(x) for x in text.split("-"))
+        if first > last:
+            raise ConfigError("timeline_steps", steps, "the first step comes after the last")
+    count = _int("timeline_ranks", 0 if ranks is None else ranks, minimum=0)
+    if (text or count) and not _bool("timeline", timeline):
+        raise ConfigError("timeline_steps" if text else "timeline_ranks", steps if text else ranks,
+                          "samples a timeline: set timeline=true too")
+    return {"timeline_steps": text, "timeline_ranks": count}
+
+
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(field, value, f"unknown {field}; known: {', '.join(choices)}")
@@ -388,6 +404,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         autotune=_autotune(d("autotune"), algorithm),
         engine_thread=_bool("engine_thread", d("engine_thread")),
         timeline=_bool("timeline", d("timeline")),
+        **_timeline_sample(d("timeline"), d("timeline_steps"), d("timeline_ranks")),
         **placement,
         resync_epochs=_int("resync_epochs", d("resync_epochs"), minimum=0),
         sync_every=_int("sync_every", d("sync_every"), minimum=0),

@@ -121,7 +121,16 @@ def _timeline_title(frame: pd.DataFrame, ctx: FigureContext) -> str:
     lo, hi = data.timeline_steps(ctx.engine, run)
     of = f" of {lo}–{hi}" if hi is not None else ""
     config = ctx.runs.label(row, [a for a in ("algorithm", *ctx.runs.varying) if a in row.index])
-    return (f"Timeline of run {run} ({config}, {int(row['world_size'])} ranks): {shown}{of}; "
+    # what the run's timeline recorded: a window of steps and a sample of ranks (timeline_steps / _ranks)
+    sampled = []
+    if isinstance(row.get("timeline_steps"), str) and row["timeline_steps"]:
+        sampled.append(f"steps {row['timeline_steps']} recorded")
+    recorded = sorted(int(r) for r in frame["rank"].unique())
+    if row.get("timeline_ranks") and int(row["timeline_ranks"]) < int(row["world_size"]):
+        sampled.append(f"{int(row['timeline_ranks'])} of {int(row['world_size'])} ranks recorded "
+                       f"({', '.join(map(str, recorded))})")
+    note = f" [{'; '.join(sampled)}]" if sampled else ""
+    return (f"Timeline of run {run} ({config}, {int(row['world_size'])} ranks): {shown}{of}{note}; "
             "phases as in the step-time breakdown")
 
 

@@ -1,8 +1,7 @@
-"""Model FLOP utilisation and the binding audit: each run's counted FLOPs per training sample, the
-summed peak FLOP/s of its ranks' devices (with what the peak was read from and assumed), MFU; and
-``binding``, the audit's findings on where its ranks ran (results_db/binding.py).
+"""Model FLOP utilisation: each run's counted FLOPs per training sample, the summed peak FLOP/s
+of its ranks' devices (with what the peak was read from and assumed), and MFU.
 
-Runs recorded before this revision counted and checked nothing: null, and nothing is said of them.
+Runs recorded before this revision counted nothing: null, and nothing is said of them.
 
 Revision ID: 0015
 Revises: 0014
@@ -17,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 _COLUMNS = (("model_flops_per_sample", sa.Float()), ("peak_flops", sa.Float()), ("peak_source", sa.Text()),
-            ("mfu", sa.Float()), ("binding", sa.JSON()))
+            ("mfu", sa.Float()))
 
 
 def upgrade() -> None:
