@@ -127,6 +127,9 @@ def test_compare_against_another_study_on_the_command_line(db, tmp_path):
     assert "Welch's p" in proc.stderr
     csv = scalestudy("compare", "--study", "old", "--against", "new", "--db", db, "--format", "csv", cwd=tmp_path)
     assert csv.returncode == 0 and csv.stdout.splitlines()[0].endswith("p_value,effect,verdict")
+    drawn = scalestudy("compare", "--study", "old", "--against", "new", "--db", db, "--figure",
+                       str(tmp_path / "change.png"), cwd=tmp_path)
+    assert drawn.returncode == 0 and (tmp_path / "change.png").stat().st_size > 10_000
     bad = scalestudy("compare", "--study", "old", "--against", "nosuch", "--db", db, cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nosuch" in bad.stderr
 
@@ -140,3 +143,14 @@ def test_compare_prints_intervals_and_the_knee(db, tmp_path):
     low, high = frame.loc[2, "speedup_low"], frame.loc[2, "speedup_high"]
     assert low < frame.loc[2, "speedup"] < high
     assert frame.loc[2, "efficiency_high"] == pytest.approx(high / 2)
+
+
+def test_the_report_has_a_section_against_another_study(db, tmp_path):
+    out = tmp_path / "rep"
+    proc = scalestudy("report", "--study", "new", "--against", "old", "--db", db, "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    html = (out / "index.html").read_text()
+    assert "<h2>Against old</h2>" in html and "1 faster" in html and "1 no evidence" in html
+    assert (out / "against-old.csv").exists() and (out / "figures/against-old.png").stat().st_size > 10_000
+    bad = scalestudy("report", "--study", "new", "--against", "nosuch", "--db", db, "--out", str(out), cwd=tmp_path)
+    assert bad.returncode == 2 and "nosuch" in bad.stderr

@@ -191,6 +191,8 @@ def compare(argv: Sequence[str]) -> int:
                              "matching --where)")
     parser.add_argument("--ignore", default="", metavar="AXES",
                         help="with --against: axes the two sets differ in on purpose, e.g. site")
+    parser.add_argument("--figure", default=None, metavar="FILE.png",
+                        help="with --against: also draw each configuration's change with its interval")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", default=None)
     add_db_option(parser)
@@ -300,6 +302,16 @@ def compare_two_sets(args) -> int:
                             if v in counts))
         else:
             render(table, args.format, title=f"{args.metric}: {b_name} against {args.study}", out=args.out)
+        if args.figure:
+            from matplotlib.figure import Figure
+
+            from results_db.figures.regression_figure import draw_change
+
+            rows = int((table["verdict"].isin(("faster", "slower", "no evidence"))).sum())
+            fig = Figure(figsize=(8.0, 1.5 + 0.35 * max(rows, 1)), layout="constrained")
+            draw_change(table, fig, args.metric, args.study, b_name)
+            fig.savefig(args.figure, dpi=150)
+            print(f"figure: {args.figure}", file=sys.stderr)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0
@@ -380,6 +392,9 @@ def report(argv: Sequence[str]) -> int:
     parser.add_argument("--target", type=float, default=None,
                         help="top-1 accuracy (0-1) for time to accuracy (default: the best every run reached)")
     parser.add_argument("--where", action="append", default=None, help="only runs matching, e.g. 'nodes<=8'")
+    parser.add_argument("--against", default=None, metavar="STUDY",
+                        help="add a section: this study against STUDY per configuration both ran (change with its "
+                             "interval, Welch's test, effect size, verdict), as in compare --against")
     add_db_option(parser)
     args = parser.parse_args(argv)
 
@@ -394,7 +409,7 @@ def report(argv: Sequence[str]) -> int:
         engine = open_for_reading(url)
         print(f"writing the report of study {args.study!r} from {safe_url(url)} into {out}/")
         report = build_report(engine, args.study, out, url, baseline=args.baseline, target=args.target,
-                              where=args.where)
+                              where=args.where, against=args.against)
     except (ReportError, FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     except OSError as exc:

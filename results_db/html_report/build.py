@@ -16,7 +16,8 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy import Engine
 
-from .. import paper_claims, query
+from .. import paper_claims, query, regression
+from ..compare import CompareError
 from ..store import safe_url
 from ..figures import catalog, data
 from ..figures.notes import emulation_note, grid_notes, oversubscription_note
@@ -63,7 +64,8 @@ def _where_text(where) -> str | None:
 
 
 def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: str | None = None,
-                 target: float | None = None, where: str | Sequence[str] | None = None) -> Report:
+                 target: float | None = None, where: str | Sequence[str] | None = None,
+                 against: str | None = None) -> Report:
     """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect."""
     out = Path(out)
     _check_out(out)
@@ -100,6 +102,15 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     prov = provenance.collect(engine, study, db_url, where)
     finished_runs = planned[planned["status"] == "done"] if "status" in planned else planned
     paper = paper_claims.paper_vs_run(finished_runs, study)
+    change = pd.DataFrame()
+    if against:   # this study (B) against another (A), per configuration both ran (results_db.regression)
+        reference = query.runs(engine, study=against)
+        if reference.empty:
+            raise ReportError(f"against {against!r}: no runs of that study here")
+        try:
+            change = regression.compare_sets(reference, planned)
+        except CompareError as exc:
+            raise ReportError(f"against {against!r}: {exc}") from None
 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -118,15 +129,46 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
     if not paper.empty:
         _atomic(out / "paper-vs-this-run.csv", lambda tmp: paper.to_csv(tmp, index=False))
+    against_section = _against_section(out, fig_dir, against, change) if against else None
     axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
     html = page.render(
         out, study=study, summary=_summary(planned), where=_where_text(where), axes=axes, table=configurations,
         varying=list(sr.varying) if sr is not None else [], baseline=chosen, table_notes=notes,
         figures=[_figure_entry(r, notes) for r in results if not r.skipped],
         skipped=[{"name": r.name, "why": r.skipped} for r in results if r.skipped],
-        failures=failures, provenance=prov, timelines=timelines, paper=paper)
+        failures=failures, provenance=prov, timelines=timelines, paper=paper, against=against_section)
     index = _atomic(out / "index.html", lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return Report(index, tuple(results), configurations, failures)
+
+
+def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFrame) -> dict:
+    """The page's "Against A" section: the table, its CSV and the change figure."""
+    from matplotlib.figure import Figure
+
+    from ..confidence import ALPHA, LEVEL
+    from ..figures.regression_figure import draw_change
+    from .page import fmt
+
+    csv = f"against-{against}.csv"
+    _atomic(out / csv, lambda tmp: change.to_csv(tmp, index=False))
+    keys = [c for c in change.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
+                                                   "change_low", "change_high", "p_value", "effect", "verdict"}]
+    rows = []
+    for r in change.to_dict("records"):
+        interval = "" if r["change_low"] != r["change_low"] else f" [{fmt(r['change_low'], 3)}, {fmt(r['change_high'], 3)}]"
+        rows.append([*(str(r[k]) for k in keys), f"{fmt(r['a_mean'], 1)} ({r['a_repeats']})",
+                     f"{fmt(r['b_mean'], 1)} ({r['b_repeats']})", f"{fmt(r['change'], 3)}{interval}",
+                     fmt(r["p_value"], 4), fmt(r["effect"], 2), r["verdict"]])
+    png = None
+    if change["verdict"].isin(("faster", "slower", "no evidence")).any():
+        fig = Figure(figsize=(8.0, 1.5 + 0.35 * len(change)), layout="constrained")
+        draw_change(change, fig, "throughput", against, "this study")
+        png = f"figures/against-{against}.png"
+        _atomic(out / png, lambda tmp: fig.savefig(tmp, dpi=150, format="png"))
+    counts = change["verdict"].value_counts()
+    return {"name": against, "level": f"{LEVEL:.0%}", "alpha": f"{ALPHA:g}", "csv": csv, "png": png,
+            "heads": [*keys, "A: throughput (repeats)", "B: throughput (repeats)", "B ÷ A", "p", "g", "verdict"],
+            "rows": rows, "counts": ", ".join(f"{n} {v}" for v, n in counts.items())}
 
 
 def _labels(planned: pd.DataFrame) -> dict[int, str]:

@@ -121,7 +121,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
 def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.DataFrame, table: pd.DataFrame,
            varying: list[str], baseline: str | None, table_notes: list[str], figures: list[dict],
            skipped: list[dict], failures: pd.DataFrame, provenance: Provenance,
-           timelines: list[dict] | None = None, paper: pd.DataFrame | None = None) -> str:
+           timelines: list[dict] | None = None, paper: pd.DataFrame | None = None,
+           against: dict | None = None) -> str:
     heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
     legend = ("Throughput and accuracy are the mean ± standard deviation over a configuration's "
               "repeats (runs that differ only in seed or repeat index). Speedup and efficiency are given with "
@@ -137,7 +138,7 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
         config_heads=heads,
         configurations=rows, config_legend=legend, figures=figures, skipped=skipped,
         failures=failures.to_dict("records"), provenance=provenance, timelines=timelines or [],
-        paper=_paper_rows(paper))
+        paper=_paper_rows(paper), against=against)
 
 
 def _paper_rows(paper: pd.DataFrame | None) -> list[dict]:
