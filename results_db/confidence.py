@@ -50,6 +50,19 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], lev
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+def mean_interval(values: Sequence[float], level: float = LEVEL, seed: int = SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean; (nan, nan) with fewer than two values."""
+    x = np.asarray([v for v in values if v == v], dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    if np.ptp(x) == 0:
+        return float(x[0]), float(x[0])
+    result = stats.bootstrap((x,), lambda a, axis=-1: a.mean(axis=axis), n_resamples=RESAMPLES,
+                             confidence_level=level, method="percentile", vectorized=True,
+                             random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def hedges_g(a: Sequence[float], b: Sequence[float]) -> float:
     """(mean(b) - mean(a)) over the pooled standard deviation, with Hedges' small-sample factor."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)

@@ -24,7 +24,8 @@ from .schema import Run, Study
 from .where import JsonFilter, column_of, parse_where
 
 ATTEMPTS = ("latest", "all")
-AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum")
+# mean_low / mean_high: the mean's bootstrap interval over the group's runs (results_db/confidence.py)
+AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum", "mean_low", "mean_high")
 
 
 @dataclass
@@ -250,7 +251,15 @@ _REDUCE: dict[str, Callable[[list], Any]] = {
     "max": lambda xs: max(xs) if xs else float("nan"),
     "median": lambda xs: statistics.median(xs) if xs else float("nan"),
     "sum": lambda xs: sum(xs),
+    "mean_low": lambda xs: _mean_interval(xs)[0],
+    "mean_high": lambda xs: _mean_interval(xs)[1],
 }
+
+
+def _mean_interval(xs: list) -> tuple[float, float]:
+    from .confidence import mean_interval   # numpy and scipy only when asked for
+
+    return mean_interval(xs)
 
 
 def check_aggregates(metrics: dict[str, Sequence[str]]) -> None:

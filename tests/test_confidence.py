@@ -154,3 +154,19 @@ def test_the_report_has_a_section_against_another_study(db, tmp_path):
     assert (out / "against-old.csv").exists() and (out / "figures/against-old.png").stat().st_size > 10_000
     bad = scalestudy("report", "--study", "new", "--against", "nosuch", "--db", db, "--out", str(out), cwd=tmp_path)
     assert bad.returncode == 2 and "nosuch" in bad.stderr
+
+
+def test_query_groups_with_the_means_interval(db, tmp_path):
+    """``--agg throughput:mean_low,mean_high``: the mean's percentile bootstrap over each group's runs."""
+    proc = scalestudy("query", "--study", "old", "--group-by", "nodes", "--agg",
+                      "throughput:mean,mean_low,mean_high", "--format", "csv", "--db", db, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    head, *rows = [line.split(",") for line in proc.stdout.strip().splitlines()]
+    assert head == ["nodes", "throughput_mean", "throughput_mean_low", "throughput_mean_high"]
+    values = THROUGHPUT[("old", 2)]
+    rng = np.random.default_rng(3)
+    means = np.asarray(values)[rng.integers(0, 4, (20000, 4))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    two = next(r for r in rows if r[0] == "2")
+    assert float(two[2]) == pytest.approx(low, abs=0.3) and float(two[3]) == pytest.approx(high, abs=0.3)
+    assert float(two[2]) < float(two[1]) < float(two[3])

@@ -118,7 +118,8 @@ def query(argv: Sequence[str]) -> int:
     parser.add_argument("--columns", default=None, help="comma-separated columns (default: a summary)")
     parser.add_argument("--group-by", default=None, help="comma-separated axes to group runs by")
     parser.add_argument("--agg", action="append", default=None,
-                        help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std)")
+                        help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std); "
+                             "mean_low and mean_high: the mean's 95 %% bootstrap interval over the group's runs")
     parser.add_argument("--attempts", choices=("latest", "all"), default="latest",
                         help="latest: each run's newest attempt (default); all: also the earlier ones a rerun "
                              "or a retry kept (column attempt)")
