@@ -64,7 +64,8 @@ def audit(starts: list[dict[str, Any]], device: str = "cpu") -> list[str] | None
                         if shared:
                             findings.append(f"{host}: {_ranks((a['rank'], b['rank']))} share CPUs {_cpus(shared)}")
         for s in ranks:
-            if int(s.get("threads") or 1) > len(s["cpus"]):
+            unbound = len(s["cpus"]) >= online
+            if int(s.get("threads") or 1) > len(s["cpus"]) and not (unbound and threads > online):
                 findings.append(f"{host}: rank {s['rank']} runs {s['threads']} threads on {len(s['cpus'])} CPU(s) "
                                 f"({_cpus(s['cpus'])})")
     if device == "cuda":

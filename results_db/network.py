@@ -32,8 +32,10 @@ def bus_factor(ranks: int) -> float:
     return 2 * (ranks - 1) / ranks if ranks > 1 else 0.0
 
 
-def measurements(engine: Engine, site: str) -> pd.DataFrame:
-    """One row per (run, message size) of the site's netbench runs (latest attempts, done)."""
+def measurements(engine: Engine, site: str, backend: str | None = None) -> pd.DataFrame:
+    """One row per (run, message size) of the site's netbench runs (latest attempts, done), with
+    the backend each measured (``params.backend``: mpi, nccl or gloo; only ``backend``'s if given):
+    an MPI and an NCCL curve of one site are two networks' worth, never pooled."""
     runs = query.runs(engine, where=f"site={site}, status=done")
     rows = []
     for run in runs.to_dict("records"):
@@ -43,14 +45,19 @@ def measurements(engine: Engine, site: str) -> pd.DataFrame:
             found = _METRIC.match(key)
             if found and isinstance(value, (int, float)):
                 sizes.setdefault(int(found.group(2)), {})[found.group(1)] = float(value)
+        params = run.get("params") if isinstance(run.get("params"), dict) else {}
+        used = str(params.get("backend", "mpi"))
+        if backend is not None and used != backend:
+            continue
         for size, values in sizes.items():
             if "time_us" in values:
                 rows.append({"run_id": run["run_id"], "study": run["study"], "created_at": run.get("created_at"),
+                             "backend": used,
                              "nodes": int(run["nodes"]), "workers_per_node": int(run["workers_per_node"]),
                              "world_size": int(run["nodes"]) * int(run["workers_per_node"]), "bytes": size,
                              "time_us": values["time_us"], "busbw_gbps": values.get("busbw_gbps", math.nan)})
-    return pd.DataFrame(rows, columns=["run_id", "study", "created_at", "nodes", "workers_per_node", "world_size",
-                                       "bytes", "time_us", "busbw_gbps"])
+    return pd.DataFrame(rows, columns=["run_id", "study", "created_at", "backend", "nodes", "workers_per_node",
+                                       "world_size", "bytes", "time_us", "busbw_gbps"])
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,10 @@ class MeasuredNetwork:
 
 
 def fit_network(frame: pd.DataFrame) -> MeasuredNetwork | None:
-    """The allreduce term's latency and node bandwidth from multi-node measurements; None with
-    fewer than two sizes across nodes (nothing to separate latency from bandwidth)."""
+    """The allreduce term's latency and node bandwidth from multi-node measurements of one backend;
+    None with fewer than two sizes across nodes (nothing to separate latency from bandwidth)."""
+    if "backend" in frame and frame["backend"].nunique() > 1:
+        raise ValueError(f"measurements of {', '.join(sorted(frame['backend'].unique()))} together: fit one backend")
     across = frame[frame["nodes"] > 1]
     if across.empty or across["bytes"].nunique() < 2:
         return None

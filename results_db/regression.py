@@ -16,13 +16,38 @@ from . import confidence
 from .compare import CompareError, config_axes, hashable
 from .query import expand_json
 
-# metrics where smaller is better (a verdict of "faster" then means smaller)
-LOWER_IS_BETTER = ("train_seconds", "wall_seconds", "energy_joules", "final_loss")
+# metrics where smaller is better (a verdict of "faster" then means smaller): times, energy, power,
+# memory and losses, by a word of their names (netbench's latency_us and time_us_* too)
+LOWER_IS_BETTER = frozenset({"seconds", "us", "ms", "time", "joules", "kj", "watts", "mb", "memory", "loss",
+                             "latency"})
+
+
+def higher_is_better(metric: str) -> bool:
+    return not set(metric.removeprefix("metrics.").lower().split("_")) & LOWER_IS_BETTER
+
+
+def _key(values) -> tuple:
+    """A configuration's values as a dict key, NaN and None one value (as compare._key)."""
+    values = values if isinstance(values, tuple) else (values,)
+    return tuple(None if (isinstance(v, float) and v != v) else v for v in values)
+
+
+def treatment_axes(a: pd.DataFrame, b: pd.DataFrame, axes) -> list[str]:
+    """Axes that hold one value on each side, a different one: what the two sets differ in on
+    purpose (a parameter, a site), left out of matching configurations."""
+    out = []
+    for x in axes:
+        va, vb = a[x].map(lambda v: _key(v)[0]).unique(), b[x].map(lambda v: _key(v)[0]).unique()
+        if len(va) == 1 and len(vb) == 1 and va[0] != vb[0]:
+            out.append(x)
+    return out
 
 
 def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
                  ignore: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per configuration: ``a_mean``, ``b_mean``, ``a_repeats``, ``b_repeats``,
+    """One row per configuration, matched on every configuration axis less ``ignore`` and the
+    axes each side holds one different value of (``treatment_axes``: ``attrs["treatment"]``):
+    ``a_mean``, ``b_mean``, ``a_repeats``, ``b_repeats``,
     ``change`` (b / a) with ``change_low`` / ``change_high``, ``p_value``, ``effect`` (Hedges'
     g), ``verdict`` (B against A: faster, slower, no evidence, or only in A / only in B)."""
     frames = []
@@ -37,13 +62,16 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
     a, b = frames
     axes = [x for x in config_axes(pd.concat([a.head(1), b.head(1)])) if x not in ignore
             and x in a.columns and x in b.columns]
+    treated = treatment_axes(a, b, axes)
+    axes = [x for x in axes if x not in treated]
     varying = [x for x in axes if pd.concat([a[x], b[x]]).nunique(dropna=False) > 1]
     keys = varying or axes[:1]
-    higher = metric not in LOWER_IS_BETTER
-    groups_a = {k if isinstance(k, tuple) else (k,): g[metric].dropna().tolist()
-                for k, g in a.groupby(keys, dropna=False)}
-    groups_b = {k if isinstance(k, tuple) else (k,): g[metric].dropna().tolist()
-                for k, g in b.groupby(keys, dropna=False)}
+    higher = higher_is_better(metric)
+    groups_a: dict[tuple, list] = {}
+    groups_b: dict[tuple, list] = {}
+    for frame, groups in ((a, groups_a), (b, groups_b)):
+        for k, g in frame.groupby(keys, dropna=False):
+            groups.setdefault(_key(k), []).extend(g[metric].dropna().tolist())
     rows = []
     for key in sorted(set(groups_a) | set(groups_b), key=lambda k: tuple(map(str, k))):
         va, vb = groups_a.get(key), groups_b.get(key)
@@ -58,4 +86,6 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
             row.update(change=float("nan"), change_low=float("nan"), change_high=float("nan"),
                        p_value=float("nan"), effect=float("nan"), verdict="only in A" if va else "only in B")
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["treatment"] = treated
+    return out

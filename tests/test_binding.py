@@ -37,6 +37,8 @@ def test_ranks_bound_to_the_same_cpus_are_flagged_when_the_host_had_room():
 
 def test_threads_beyond_the_cores_granted_are_flagged():
     assert audit([start(0, [2, 3], threads=4)]) == ["h1: rank 0 runs 4 threads on 2 CPU(s) (2-3)"]
+    # unbound on a host with fewer CPUs than the run asked threads of: sharing by design, not flagged
+    assert audit([start(0, [0, 1], threads=4, host_cpus=2)]) == []
 
 
 def test_gpus_shared_or_far_from_their_ranks_are_flagged():

@@ -170,3 +170,39 @@ def test_query_groups_with_the_means_interval(db, tmp_path):
     two = next(r for r in rows if r[0] == "2")
     assert float(two[2]) == pytest.approx(low, abs=0.3) and float(two[3]) == pytest.approx(high, abs=0.3)
     assert float(two[2]) < float(two[1]) < float(two[3])
+
+
+def _runs(version, values, extra=None):
+    rows = []
+    for nodes, vals in values.items():
+        for v in vals:
+            rows.append({"status": "done", "nodes": nodes, "algorithm": "sync", "throughput": v,
+                         "params": {"version": version, **(extra or {})}})
+    return pd.DataFrame(rows)
+
+
+def test_two_sets_differing_in_one_value_each_side_are_matched_ignoring_it():
+    """The docs' example: --where params.version=1 against --against-where params.version=2."""
+    a = _runs(1, {1: [100.0, 101.0, 99.0], 2: [150.0, 152.0, 149.0]})
+    b = _runs(2, {1: [100.0, 99.5, 100.5], 2: [180.0, 181.0, 179.0]})
+    table = regression.compare_sets(a, b).set_index("nodes")
+    assert table.attrs["treatment"] == ["params.version"]
+    assert table.loc[2, "verdict"] == "faster" and table.loc[1, "verdict"] == "no evidence"
+
+
+def test_a_parameter_missing_on_some_runs_still_matches():
+    """A configuration whose axis is missing (NaN) on both sides is one configuration, not two."""
+    a = pd.concat([_runs(1, {1: [100.0, 101.0]}), _runs(1, {2: [150.0, 151.0]}, {"x": 3})])
+    b = pd.concat([_runs(1, {1: [120.0, 121.0]}), _runs(1, {2: [150.5, 150.0]}, {"x": 3})])
+    table = regression.compare_sets(a, b)
+    assert len(table) == 2 and not table["verdict"].str.startswith("only").any()
+
+
+def test_every_repeat_alike_on_each_side_is_still_a_verdict():
+    assert confidence.verdict([2.0, 2.0], [3.0, 3.0]).verdict == "faster"
+    assert confidence.verdict([2.0, 2.0], [2.0, 2.0]).verdict == "no evidence"
+
+
+def test_the_knee_stays_out_of_csv(db, tmp_path):
+    proc = scalestudy("compare", "--study", "new", "--knee", "0.95", "--format", "csv", "--db", db, cwd=tmp_path)
+    assert proc.returncode == 0 and "knee" not in proc.stdout and "knee: nodes=2" in proc.stderr

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from workloads.flops import GPU_PEAKS, cpu_peak, gpu_peak, training_flops_per_sample
+from workloads.flops import GPU_PEAKS, count_training_flops, cpu_peak, gpu_peak, training_flops_per_sample
 
 from conftest import mpiexec, write_spec
 
@@ -77,6 +77,49 @@ def test_a_run_stores_its_mfu(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "r" / "result.json").read_text())
     assert result["model_flops_per_sample"] > 0
-    assert result["peak_flops"] > 0 and "summed over 2 rank(s)" in result["peak_source"]
+    assert result["peak_flops"] > 0 and "summed over 2 computing rank(s)" in result["peak_source"]
+    assert result["mfu"] == pytest.approx(result["throughput"] * result["model_flops_per_sample"]
+                                          / result["peak_flops"])
+
+
+def test_counting_leaves_the_random_numbers_as_they_were():
+    """A dropout model's count draws random numbers: rank 0 must go on to draw what it would have."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    torch.manual_seed(1)
+    count_training_flops(model, torch.ones(2, 4), torch.tensor([0, 1]))
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(after, torch.rand(3))
+
+
+def test_the_convolutions_share_and_a_mixed_gpu_peak():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.Flatten(), nn.Linear(144, 10))
+    count = count_training_flops(model, torch.randn(2, 1, 8, 8), torch.tensor([1, 2]))
+    assert count.convolution == 2592 * 2 and count.total == 2592 * 2 + 2880 * 3
+    # on an A100 with PyTorch's defaults: convolutions at TF32 (156), matrix products at FP32 (19.5)
+    share = count.convolution / count.total
+    mixed = gpu_peak("NVIDIA A100-SXM4-80GB", tf32=True, matmul_tf32=False, convolution_share=share)
+    assert mixed.flops == pytest.approx(1 / (share / 156e12 + (1 - share) / 19.5e12))
+    assert gpu_peak("NVIDIA A100", tf32=True, matmul_tf32=False, convolution_share=0.0).flops == 19.5e12
+
+
+ARM = "processor\t: 0\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n"
+ZEN5 = "vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel name\t: AMD EPYC 9005\ncpu MHz\t\t: 2500.0\nflags\t\t: fma avx2 avx512f\n"
+
+
+def test_cpus_the_table_does_not_know_have_no_peak():
+    arm = cpu_peak(4, ARM)
+    assert arm.flops != arm.flops and "peak unknown" in arm.source
+    assert cpu_peak(1, ZEN5).flops == pytest.approx(2.5e9 * 64)
+
+
+@pytest.mark.mpi
+def test_the_parameter_servers_device_is_not_counted(tmp_path):
+    spec = write_spec(tmp_path / "ps", algorithm="async_ps", workers_per_node=2, threads_per_node=2,
+                      steps_per_epoch=4)
+    proc = mpiexec(2, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "ps" / "result.json").read_text())
+    assert "summed over 1 computing rank(s)" in result["peak_source"]
     assert result["mfu"] == pytest.approx(result["throughput"] * result["model_flops_per_sample"]
                                           / result["peak_flops"])

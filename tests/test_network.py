@@ -43,6 +43,7 @@ def test_the_fit_recovers_a_known_network():
             for size in (8, 4096, 1 << 20, 1 << 24):
                 t = 2 * np.ceil(np.log2(p)) * lat + 2 * (p - 1) / p * size * wpn / bw if nodes > 1 else 1e-7
                 rows.append({"run_id": nodes * 10 + wpn, "study": "network", "created_at": "2026-12-04 10:00",
+                             "backend": "mpi",
                              "nodes": nodes, "workers_per_node": wpn, "world_size": p, "bytes": size,
                              "time_us": t * 1e6, "busbw_gbps": np.nan})
     fitted = fit_network(pd.DataFrame(rows))
@@ -50,6 +51,8 @@ def test_the_fit_recovers_a_known_network():
     assert fitted.node_bandwidth_gbs == pytest.approx(20.0, rel=1e-6)
     assert fitted.rms_relative < 1e-9 and fitted.points == 3 * 2 * 4
     assert fit_network(pd.DataFrame([r for r in rows if r["nodes"] == 1])) is None
+    with pytest.raises(ValueError, match="fit one backend"):   # an MPI and an NCCL curve are not pooled
+        fit_network(pd.DataFrame(rows + [{**rows[-1], "backend": "nccl"}]))
 
 
 @pytest.mark.mpi
@@ -60,8 +63,8 @@ def test_a_network_study_is_read_back_beside_the_nominal_numbers(tmp_path):
     assert "reported metrics per run, not shown here" in sweep.stdout
     shown = scalestudy("network", "local", "--db", db, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "busbw GB/s, 2x1" in shown.stdout
-    assert "measured: latency" in shown.stdout and "nominal (site file): latency 13 us" in shown.stdout
+    assert "mpi busbw GB/s, 2x1" in shown.stdout
+    assert "measured (mpi): latency" in shown.stdout and "nominal (site file): latency 13 us" in shown.stdout
     refused = scalestudy("model", "predict", "--study", "network", "--network", "measured", "--db", db, cwd=tmp_path)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--network measured: give --site SITE" in refused.stderr

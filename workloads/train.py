@@ -27,7 +27,7 @@ from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .energy import start_host_energy
 from .imbalance import DelayInjector
-from .flops import rank_peak, training_flops_per_sample
+from .flops import FlopCount, count_training_flops, rank_peak
 from .metrics import MetricsWriter, cpu_affinity, numa_nodes, write_result
 from .failure import SetupError
 from .models import build_model
@@ -137,7 +137,7 @@ def delay_injector(spec: RunSpec, world_size: int) -> DelayInjector:
                          world_size=world_size)
 
 
-def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module, float]:
+def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, torch.nn.Module, FlopCount | None]:
     """The run's data and model, on its device (a failure here is the configuration's or the
     factories', and would recur: a ``SetupError``, never retried)."""
     try:
@@ -146,7 +146,7 @@ def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, tor
         model = build_model(spec.model, data.input_shape, data.num_classes, spec.seed, params=spec.params)
     except Exception as exc:
         raise SetupError(f"{type(exc).__name__}: {exc}") from exc
-    flops = _counted_flops(model, data) if rank == 0 else float("nan")
+    flops = _counted_flops(model, data) if rank == 0 else None
     model = model.to(device)
     if spec.compute == "emulated":
         from .emulation import ComputeProfile, emulate_compute
@@ -155,13 +155,13 @@ def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, tor
     return data, model, flops
 
 
-def _counted_flops(model: torch.nn.Module, data: Dataset) -> float:
-    """FLOPs per training sample (``flops.training_flops_per_sample``), counted before the model is
+def _counted_flops(model: torch.nn.Module, data: Dataset) -> FlopCount:
+    """FLOPs per training sample (``flops.count_training_flops``), counted before the model is
     placed or emulated; a model the counter cannot run is no reason to fail the run (NaN)."""
     try:
-        return training_flops_per_sample(model, data.x_train[:2], data.y_train[:2])
+        return count_training_flops(model, data.x_train[:2], data.y_train[:2])
     except Exception:   # noqa: BLE001 - MFU is then unknown, and stored as such
-        return float("nan")
+        return FlopCount(float("nan"), float("nan"))
 
 
 def _gradient_sync(spec: RunSpec, model: torch.nn.Module, comm: MPI.Comm, clock: AlignedClock,
@@ -226,13 +226,20 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     finally:
         busy = utilization.stop()
     outcome.summary["rank_summary"].update(gpu_peak_memory_bytes=peak_memory_bytes(device), gpu_utilization=busy)
-    peak = rank_peak(device, spec.threads_per_worker)
+    count: FlopCount = comm.bcast(flops, root=0)
+    share = count.convolution / count.total if count.total > 0 else 1.0
+    peak = rank_peak(device, spec.threads_per_worker, share)
     peaks = comm.allgather(peak.flops)
     if rank == 0:
-        total = sum(peaks)
-        outcome.summary.update(model_flops_per_sample=flops, peak_flops=total,
-                               peak_source=f"{peak.source}; summed over {size} rank(s)",
-                               mfu=outcome.summary["throughput"] * flops / total if total > 0 else float("nan"))
+        # the parameter server (rank 0 of async_ps) computes no samples: its device is not the work's
+        computing = peaks[1:] if spec.algorithm == "async_ps" else peaks
+        total = sum(computing)
+        emulated = spec.compute == "emulated"   # slept compute: its throughput is the profile's, not this device's
+        outcome.summary.update(
+            model_flops_per_sample=count.total, peak_flops=total,
+            peak_source=f"{peak.source}; summed over {len(computing)} computing rank(s)"
+                        + ("; emulated compute: no MFU" if emulated else ""),
+            mfu=float("nan") if emulated or not total > 0 else outcome.summary["throughput"] * count.total / total)
     return outcome
 
 
@@ -268,10 +275,11 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
             samples_computed += len(idx)
             record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
             if spec.timeline:   # drained every step; written in the spec's window and rank sample only
-                events = engine.drain_events()
-                if spec.records_timeline(step, rank):
-                    _write_step_events(writer, step, t_start, marks[0], marks[1:],
-                                       [e for e in events if spec.records_timeline(int(e.get("step", step)), rank)])
+                events = [e for e in engine.drain_events() if spec.records_timeline(int(e.get("step", step)), rank)]
+                # an engine event may be drained a step late: each is kept by its own step, the
+                # training thread's phases by this one
+                _write_step_events(writer, step, t_start, marks[0], marks[1:], events,
+                                   phases=spec.records_timeline(step, rank))
             _write_rounds(writer, rank, engine.drain_rounds())
             step = min(engine.next_step(step), total_steps)
             # every epoch this rank's steps have passed ends with an evaluation (a collective:
@@ -307,7 +315,7 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
 
 
 def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: float,
-                       marks: tuple[float, ...], engine_events: list[dict[str, Any]]) -> None:
+                       marks: tuple[float, ...], engine_events: list[dict[str, Any]], phases: bool = True) -> None:
     """Main-thread phases (on the aligned clock) plus the engine's events for this step."""
     def at(t: float) -> float:
         return t_start + (t - t0)
@@ -315,7 +323,7 @@ def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: flo
     t1, t2, t2d, t3, t4, t5 = marks
     for phase, a, b in (("forward", t1, t2), ("delay", t2, t2d), ("backward", t2d, t3), ("wait", t3, t4),
                         ("update", t4, t5)):
-        if b > a or phase != "delay":
+        if phases and (b > a or phase != "delay"):
             writer.event(step=step, tensor="-", phase=phase, t0=at(a), t1=at(b), bytes=0)
     for event in engine_events:
         writer.event(**event)

@@ -107,6 +107,8 @@ def model(argv: Sequence[str]) -> int:
     parser.add_argument("--network", choices=("nominal", "measured"), default="nominal",
                         help="predict with --site: the site file's network numbers (nominal), or those fitted to "
                              "the site's study=network runs (measured; scalestudy network SITE shows both)")
+    parser.add_argument("--network-backend", choices=("mpi", "nccl", "gloo"), default="mpi",
+                        help="predict --network measured: whose measurement (params.backend of study=network)")
     parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
     parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
     parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY); "
@@ -192,7 +194,7 @@ def _fit(args) -> int:
     return 0 if fit["terms"] else 2
 
 
-def _network(site_name: str | None, source: str = "nominal", engine=None):
+def _network(site_name: str | None, source: str = "nominal", engine=None, backend: str = "mpi"):
     from ..site.config import load_site
     from ..site.model_inputs import network_of
 
@@ -205,12 +207,12 @@ def _network(site_name: str | None, source: str = "nominal", engine=None):
         from perf_model.machine import Network
         from results_db.network import fit_network, measurements
 
-        fitted = fit_network(measurements(engine, site.name))
+        fitted = fit_network(measurements(engine, site.name, backend))
         if fitted is None:
-            raise ValueError(f"--network measured: site {site.name} has no network measurement across nodes: "
-                             f"scalestudy sweep study=network site={site.name} nodes=2,4")
+            raise ValueError(f"--network measured: site {site.name} has no {backend} network measurement across "
+                             f"nodes: scalestudy sweep study=network site={site.name} nodes=2,4 params.backend={backend}")
         return site, Network(fitted.latency_us * 1e-6, fitted.node_bandwidth_gbs * 1e9,
-                             f"measured on site {site.name}: {fitted.describe()}")
+                             f"measured on site {site.name} ({backend}): {fitted.describe()}")
     if site.network is None:
         raise ValueError(f"--site {site_name}: its site YAML has no network: block (latency_us, node_bandwidth_gbs, "
                          "source); see site_configs/template.yaml")
@@ -243,7 +245,7 @@ def _predict(args) -> int:
         return fail(f"study {args.study!r} has no model fit: run scalestudy model fit --study {args.study}")
     try:
         algorithm = choose_algorithm(fit, args.algorithm)
-        site, network = _network(args.site, args.network, engine)
+        site, network = _network(args.site, args.network, engine, args.network_backend)
         if args.ranks:
             counts, wpn = parse_counts("--ranks", args.ranks), 1   # one rank per node: P ranks on P nodes
             if args.workers_per_node:
@@ -259,7 +261,7 @@ def _predict(args) -> int:
     except (PredictError, ConfigError, ValueError) as exc:
         return fail(str(exc))
     shape = fit["workloads"][algorithm]
-    unvalidated = unvalidated_on(engine, fit, site)
+    unvalidated = unvalidated_on(engine, fit, site, network)
     _print_prediction(args.study, fit, algorithm, table, wpn or shape["workers_per_node"], site, network, band)
     if coverage is not None:
         print(coverage.line(algorithm))
@@ -285,7 +287,7 @@ def _print_checked(engine, fit) -> None:
               f"error {row['error']:+.1%}")
 
 
-def unvalidated_on(engine, fit, site) -> str:
+def unvalidated_on(engine, fit, site, network=None) -> str:
     """Why a prediction for ``site`` has nothing of that site behind it ("" where it has: the
     fit's runs include real runs there)."""
     from ..sweep.prediction import fitted_on
@@ -298,7 +300,7 @@ def unvalidated_on(engine, fit, site) -> str:
     shown = "; ".join(f"site {s}, compute={c}, device={d}" for s, c, d in sorted(fitted)) or "no runs"
     return (f"the fit has no real run there (it was fitted on {shown}); every number above combines that "
             f"machine's fitted terms with the site's network "
-            f"({site.network.describe() if site.network is not None else 'as measured there'})")
+            f"({network.source if network is not None else site.network.describe()})")
 
 
 def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, network, band: float) -> None:

@@ -39,18 +39,22 @@ def network(argv: Sequence[str]) -> int:
               f"  scalestudy sweep study=network site={site.name} nodes=2,4" +
               (" account=PROJECT" if site.scheduler.batch_jobs else ""))
     else:
-        curve = (measured.groupby(["nodes", "workers_per_node", "bytes"])["busbw_gbps"].median().unstack([0, 1]))
-        curve.columns = [f"busbw GB/s, {n}x{w}" for n, w in curve.columns]
+        curve = (measured.groupby(["backend", "nodes", "workers_per_node", "bytes"])["busbw_gbps"].median()
+                 .unstack([0, 1, 2]))
+        curve.columns = [f"{b} busbw GB/s, {n}x{w}" for b, n, w in curve.columns]
         render(curve.reset_index(), "table", title=f"site {site.name}: allreduce bus bandwidth (median of "
                                                    f"{measured['run_id'].nunique()} run(s)), nodes x ranks per node")
-    fitted = net.fit_network(measured) if not measured.empty else None
-    print(f"measured: {fitted.describe()}" if fitted else
-          "measured: nothing to fit (needs runs on 2 nodes or more at 2 sizes or more)")
+    backends = sorted(measured["backend"].unique()) if not measured.empty else []
+    fits = {b: net.fit_network(measured[measured["backend"] == b]) for b in backends}
+    for backend, fitted in fits.items():
+        print(f"measured ({backend}): {fitted.describe()}" if fitted else
+              f"measured ({backend}): nothing to fit (needs runs on 2 nodes or more at 2 sizes or more)")
     if site.network is not None:
         print(f"nominal (site file): {site.network.describe()}")
-        if fitted:
-            print(f"measured / nominal: latency {fitted.latency_us / site.network.latency_us:.2f}x, bandwidth "
-                  f"{fitted.node_bandwidth_gbs / site.network.node_bandwidth_gbs:.2f}x")
+        for backend, fitted in fits.items():
+            if fitted:
+                print(f"measured ({backend}) / nominal: latency {fitted.latency_us / site.network.latency_us:.2f}x, "
+                      f"bandwidth {fitted.node_bandwidth_gbs / site.network.node_bandwidth_gbs:.2f}x")
     else:
         print("nominal (site file): none (no network: block)")
     runs = net.achieved(engine, site.name, args.study)

@@ -235,15 +235,16 @@ def compare(argv: Sequence[str]) -> int:
             print(f"{args.metric}: mean ± std over repeats; speedup and efficiency against {baseline} with "
                   f"{LEVEL:.0%} bootstrap intervals over repeats (none with fewer than 2 a side)", file=sys.stderr)
         render(frame, args.format, title=f"{args.metric} vs {baseline}", out=args.out)
-        if args.knee is not None:
+        if args.knee is not None:   # beside a table; never inside CSV or JSON on stdout
             print_knees(compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
-                                        ignore=ignore), baseline, args.knee, ignore)
+                                        ignore=ignore), baseline, args.knee, ignore,
+                        out=sys.stdout if args.format == "table" else sys.stderr)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0
 
 
-def print_knees(table, baseline: str, threshold: float, ignore=()) -> None:
+def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
     """One line per group: where efficiency falls below ``threshold`` with confidence, or that it does not."""
     from results_db.compare import parse_baseline
     from results_db.confidence import knee
@@ -258,10 +259,10 @@ def print_knees(table, baseline: str, threshold: float, ignore=()) -> None:
         where = ", ".join(f"{g}={cell(row[g])}" for g in groups)
         prefix = f"knee ({where}): " if where else "knee: "
         if row["knee"] is None:
-            print(f"{prefix}none: no {axis} has efficiency below {threshold:g} with confidence")
+            print(f"{prefix}none: no {axis} has efficiency below {threshold:g} with confidence", file=out)
         else:
             print(f"{prefix}{axis}={cell(row['knee'])}, efficiency "
-                  f"{interval_cell(row['efficiency'], row['efficiency_low'], row['efficiency_high'])} < {threshold:g}")
+                  f"{interval_cell(row['efficiency'], row['efficiency_low'], row['efficiency_high'])} < {threshold:g}", file=out)
 
 
 def compare_two_sets(args) -> int:
@@ -283,6 +284,9 @@ def compare_two_sets(args) -> int:
         b = query.runs(engine, study=args.against or args.study, where=args.against_where)
         ignore = [x for x in args.ignore.split(",") if x]
         table = regression.compare_sets(a, b, metric=args.metric, ignore=ignore)
+        if table.attrs.get("treatment"):
+            print(f"matched ignoring {', '.join(table.attrs['treatment'])}: one value on each side, not the same "
+                  "(what the two sets differ in)", file=sys.stderr)
         b_name = args.against or f"{args.study} where {' and '.join(args.against_where)}"
         if args.format == "table" and not args.out:
             keys = [c for c in table.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",

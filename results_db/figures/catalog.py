@@ -126,7 +126,8 @@ def _timeline_title(frame: pd.DataFrame, ctx: FigureContext) -> str:
     if isinstance(row.get("timeline_steps"), str) and row["timeline_steps"]:
         sampled.append(f"steps {row['timeline_steps']} recorded")
     recorded = sorted(int(r) for r in frame["rank"].unique())
-    if row.get("timeline_ranks") and int(row["timeline_ranks"]) < int(row["world_size"]):
+    if pd.notna(row.get("timeline_ranks")) and row.get("timeline_ranks") and \
+            int(row["timeline_ranks"]) < int(row["world_size"]):
         sampled.append(f"{int(row['timeline_ranks'])} of {int(row['world_size'])} ranks recorded "
                        f"({', '.join(map(str, recorded))})")
     note = f" [{'; '.join(sampled)}]" if sampled else ""

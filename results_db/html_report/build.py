@@ -104,7 +104,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     paper = paper_claims.paper_vs_run(finished_runs, study)
     change = pd.DataFrame()
     if against:   # this study (B) against another (A), per configuration both ran (results_db.regression)
-        reference = query.runs(engine, study=against)
+        reference = query.runs(engine, study=against, where=where)   # the same selection on both sides
         if reference.empty:
             raise ReportError(f"against {against!r}: no runs of that study here")
         try:
