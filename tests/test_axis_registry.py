@@ -39,7 +39,11 @@ def test_every_layer_derives_from_the_registry():
         assert (f.name in columns) == f.column, f.name
         if f.column:
             assert f.name in query.RUN_COLUMNS, f.name
-    assert set(compare.CONFIG_AXES) == set(IDENTITY_FIELDS) - {"seed", "repeat"} == set(CONFIG_FIELDS)
+    # runs that differ only in these are repeats of one configuration: the seed, the repeat index,
+    # and which steps and ranks their timeline recorded (each still a run of its own)
+    repeats_of_one = {f.name for f in FIELDS if f.identity and not f.grouping}
+    assert repeats_of_one == {"seed", "repeat", "timeline_steps", "timeline_ranks"}
+    assert set(compare.CONFIG_AXES) == set(IDENTITY_FIELDS) - repeats_of_one == set(CONFIG_FIELDS)
     for table in (SUMMARY_COLUMNS, SWEEP_COLUMNS):
         assert "seed" in table and all(c in query.RUN_COLUMNS for c in table)
     # the Hydra schema holds exactly the registry's config keys, the workload keys, the sweep settings
@@ -190,7 +194,7 @@ def _non_default(f) -> object:
                "dataset_path": "/data/x", "threads_per_node": 2, "workers_per_node": 2, "imbalance_rank": 0,
                "params": {"x": 1}, "run_timeout": 30.0, "timeline": True, "steps_per_epoch": 5,
                "compute": "emulated", "compute_profile": "set below", "data_path": "torch_distributed",
-               "eager_catch_up": "latest"}
+               "eager_catch_up": "latest", "timeline_steps": "3-4"}
     if f.name in special:
         return special[f.name]
     if f.type is bool:
@@ -207,6 +211,8 @@ def test_every_config_field_reaches_the_spec(f):
     base = {"study_name": "k"}
     if f.name == "sync_every":   # read by eager-SGD only; other runs key it as before (runspec._KEYED_AS_BEFORE)
         base["algorithm"] = "eager_solo"
+    if f.name in ("timeline_steps", "timeline_ranks"):   # they sample a timeline: one must be on
+        base["timeline"] = True
     value = _non_default(f)
     head, _, rest = f.config.partition(".")
     change = {head: {rest: value}} if rest else {head: value}
