@@ -14,7 +14,7 @@ from .config import SiteConfig, load_site
 
 def network_of(site: SiteConfig) -> Network | None:
     net = site.network
-    return None if net is None else Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
+    return None if net is None else Network(net.latency_seconds, net.node_bandwidth_bytes, net.describe())
 
 
 def host_of(site: SiteConfig) -> Host:
