@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
                                   result_file)
 
+from . import event_files
 from .binding import audit as audit_binding
 from .failpoints import failpoint
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
@@ -57,28 +58,47 @@ _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
 _EVENT_COLUMNS = ("run_id", "rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
 _DERIVE_PHASES = ("allreduce", "backward", "update")  # what step_stats reads
-_DERIVE_WINDOW = 2000  # steps per chunk: memory stays bounded on long runs
+_DERIVE_ROWS = 2_000_000   # events per window of steps (of every phase): memory stays bounded on long, wide runs
 
 
-def _derive_step_stats(session: Session, run_id: int) -> None:
+def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_files.ColumnSink | None = None) -> None:
     """Per-step stats from the run's events, a window of steps at a time (plus the step
-    before each window, which the update delay needs). pandas is imported here, for
-    timeline runs only: a sweep's driver starts faster without it."""
+    before each window, which the update delay needs), wherever the sink put them: the
+    run's event file (a ``ColumnSink``), else the events table. pandas is imported here, for timeline runs only:
+    a sweep's driver starts faster without it."""
     import pandas as pd
 
+    from . import event_files
     from .timeline import step_stats
 
-    cols = [Event.rank, Event.step, Event.tensor, Event.phase, Event.t0, Event.t1, Event.arrival]
-    lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step)).where(Event.run_id == run_id)).one()
+    names = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]
+    if isinstance(sink, event_files.ColumnSink):
+        sink.close()
+        lo, hi = event_files.step_range(sink.tmp_path)
+
+        def window(first: int, last: int) -> pd.DataFrame:
+            return event_files.read(sink.tmp_path, names, _DERIVE_PHASES, (first, last))
+    else:
+        cols = [getattr(Event, n) for n in names]
+        lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step))
+                                 .where(Event.run_id == run_id)).one()
+
+        def window(first: int, last: int) -> pd.DataFrame:
+            rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
+                                                       Event.step >= first, Event.step <= last)).all()
+            return pd.DataFrame([tuple(r) for r in rows], columns=names)  # tuples: see query.frame_of
     if lo is None:
         return
-    for start in range(lo, hi + 1, _DERIVE_WINDOW):
-        stop = start + _DERIVE_WINDOW
-        rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
-                                                   Event.step >= start - 1, Event.step < stop)).all()
-        if not rows:
+    written = sink.written if sink is not None else session.execute(
+        select(func.count()).select_from(Event).where(Event.run_id == run_id)).scalar_one()
+    per_step = written / (hi - lo + 1)
+    size = max(1, int(_DERIVE_ROWS // max(per_step, 1.0)))
+    for start in range(lo, hi + 1, size):
+        stop = start + size
+        frame = window(start - 1, stop - 1)
+        if frame.empty:
             continue
-        stats = step_stats(pd.DataFrame([tuple(r) for r in rows], columns=[c.key for c in cols]))  # tuples: see query.frame_of
+        stats = step_stats(frame)
         stats = stats[stats["step"] >= start]
         records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                    for r in stats.to_dict("records")]
@@ -102,14 +122,22 @@ class _Reader:
 
     Only the file's last line may be cut off (a writer killed mid-line): it is
     skipped and noted in ``truncated``. A bad line anywhere else is an error.
+
+    ``divert``: whole lines that begin with one of ``DIVERT_PREFIXES`` (an event record as
+    ``workloads.metrics`` writes it, of a supported schema) are handed over a block at a time,
+    unparsed, instead of being yielded (``event_files.ColumnSink.add_lines`` parses them in C++).
+    Should it find one bad, the block is read again line by line to name it.
     """
 
-    def __init__(self, path: Path) -> None:
+    DIVERT_PREFIXES = tuple(b'{"type":"event","schema":%d,' % v for v in SUPPORTED_METRICS_SCHEMAS)
+
+    def __init__(self, path: Path, divert: Callable[[list[bytes]], None] | None = None) -> None:
         self.path = path
         self.truncated = False
+        self.divert = divert
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        path, loads = self.path, _loads
+        path, loads, divert, prefixes = self.path, _loads, self.divert, self.DIVERT_PREFIXES
         lineno = 0
         with open(path, "rb") as fh:
             while True:
@@ -117,16 +145,20 @@ class _Reader:
                 if not block:
                     return
                 last_block = not fh.peek(1) if hasattr(fh, "peek") else False
+                first_lineno, diverted = lineno, []
                 for i, raw in enumerate(block):
                     lineno += 1
+                    if divert is not None and raw.startswith(prefixes) and raw.endswith(b"\n"):
+                        diverted.append(raw)
+                        continue
                     try:
                         rec = loads(raw)
                     except _DecodeError as exc:
                         if not raw.strip():
                             continue
                         if last_block and i == len(block) - 1 and not raw.endswith(b"\n"):
-                            self.truncated = True
-                            return
+                            self.truncated = True   # the block's whole lines are still handed over
+                            break
                         raise IngestError(f"{path}:{lineno}: not valid JSON ({str(exc).split(':')[0]})") from None
                     if not isinstance(rec, dict):
                         raise IngestError(f"{path}:{lineno}: not a JSON object")
@@ -135,6 +167,36 @@ class _Reader:
                             f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
                             f"(this scalestudy reads {', '.join(map(str, SUPPORTED_METRICS_SCHEMAS))}); upgrade scalestudy")
                     yield rec
+                if diverted:
+                    try:
+                        divert(diverted)
+                    except TypeError as exc:
+                        raise IngestError(self._bad_event(block, first_lineno, exc)) from None
+                if self.truncated:
+                    return
+
+    def _bad_event(self, block: list[bytes], first_lineno: int, exc: TypeError) -> str:
+        """The first diverted line of ``block`` that is not a whole event record, by number."""
+        from .event_files import REQUIRED
+
+        for j, raw in enumerate(block, start=first_lineno + 1):
+            if not raw.startswith(self.DIVERT_PREFIXES):
+                continue
+            try:
+                rec = _loads(raw)
+            except _DecodeError as err:
+                return f"{self.path}:{j}: not valid JSON ({str(err).split(':')[0]})"
+            missing = [k for k in (*REQUIRED, "tensor") if not _event_field_ok(k, rec.get(k))]
+            if missing:
+                return (f"{self.path}:{j}: a record lacks or mistypes a field the metrics contract needs "
+                        f"({', '.join(missing)})")
+        return f"{self.path}: an event record the metrics contract cannot read ({exc})"
+
+
+def _event_field_ok(name: str, value: Any) -> bool:
+    if name in ("phase", "tensor"):
+        return isinstance(value, str) or (name == "tensor" and value is None)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and (name != "step" or value == int(value))
 
 
 def _read_result(run_dir: Path) -> dict[str, Any]:
@@ -273,13 +335,17 @@ class _RunTotals:
         return max(self.host_ranks[m] * threads_per_rank / len(c) for m, c in self.host_cpus.items() if c)
 
 
-def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink,
+def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink | event_files.ColumnSink,
                  totals: _RunTotals) -> None:
     """One rank file's records into the sinks and tables (the hot loop appends rows directly)."""
     rank = int(path.stem.split("-")[1])
     start: dict[str, Any] = {}
     end: dict[str, Any] = {}
-    reader = _Reader(path)
+    divert = None
+    if isinstance(events, event_files.ColumnSink):
+        def divert(lines: list[bytes]) -> None:
+            events.add_lines(rank, lines)
+    reader = _Reader(path, divert)
     event_rows, step_rows = events.rows, steps.rows
     for rec in reader:
         kind = rec["type"]
@@ -374,10 +440,13 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
     run.finished_at = run.ingested_at = utcnow()
 
 
-def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None) -> bool:
+def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | None = None,
+               events_table: bool = False) -> bool:
     """Load ``run_dir``'s metrics into run ``run_id``; False if it was ingested already.
 
-    ``job_id`` is the scheduler's id of the batch job the run ran in, if any.
+    ``job_id`` is the scheduler's id of the batch job the run ran in, if any. The timeline's
+    events go to the run's event file where the database has an events folder
+    (``results_db.event_files``), else, or with ``events_table``, to the events table.
     """
     run_dir = Path(run_dir)
     result = _read_result(run_dir)
@@ -393,20 +462,29 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if run.ingested_at is not None:
             return False
         steps = RowSink(session, "steps", ("run_id", "rank", *STEP_FIELDS))
-        events = RowSink(session, "events", _EVENT_COLUMNS)
+        folder = None if events_table else event_files.events_dir(engine)
+        events = (event_files.ColumnSink(folder, run_id) if folder is not None
+                  else RowSink(session, "events", _EVENT_COLUMNS))
         totals = _RunTotals()
         path = run_dir
-        try:  # a record missing a field its type needs breaks the contract: one line, not a KeyError
-            for path in rank_files:
-                _ingest_rank(session, run_id, path, steps, events, totals)
-            steps.flush()
-            events.flush()
-        except (KeyError, TypeError, *_integrity_errors()) as exc:
-            what = exc.orig if isinstance(exc, IntegrityError) else exc
-            raise IngestError(f"{path}: a record lacks or mistypes a field the metrics contract needs "
-                              f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
-        if events.written:
-            _derive_step_stats(session, run_id)
+        try:
+            try:  # a record missing a field its type needs breaks the contract: one line, not a KeyError
+                for path in rank_files:
+                    _ingest_rank(session, run_id, path, steps, events, totals)
+                steps.flush()
+                events.flush()
+            except (KeyError, TypeError, *_integrity_errors()) as exc:
+                what = exc.orig if isinstance(exc, IntegrityError) else exc
+                raise IngestError(f"{path}: a record lacks or mistypes a field the metrics contract needs "
+                                  f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
+            if events.written:
+                _derive_step_stats(session, run_id, events)
+            if isinstance(events, event_files.ColumnSink):
+                run.events_file = events.commit()   # in place before the transaction commits
+        except BaseException:
+            if isinstance(events, event_files.ColumnSink):
+                events.discard()
+            raise
         _finish_run(run, result, totals, job_id, accounted)
         session.flush()
         failpoint("ingest")   # the reliability suite: killed with every row written but not committed

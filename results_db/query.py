@@ -59,28 +59,127 @@ def steps(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
+EVENT_COLUMNS = ["run_id", "rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival"]
+
+
+def event_files_of(engine: Engine, run_ids: Sequence[int]) -> dict[int, str]:
+    """Run id -> its timeline's event file (``results_db.event_files``), for the runs that keep one."""
+    stmt = select(Run.id, Run.events_file).where(Run.id.in_(plain_ids(run_ids)), Run.events_file.is_not(None))
+    with engine.connect() as conn:
+        return {int(r): str(name) for r, name in conn.execute(stmt)}
+
+
 def events(engine: Engine, run_ids: Sequence[int], phases: Sequence[str] | None = None,
-           steps: tuple[int, int] | None = None) -> pd.DataFrame:
+           steps: tuple[int, int] | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Timeline intervals (``timeline=true`` runs): per rank, step, tensor or fused buffer, phase.
 
-    ``steps=(first, last)`` reads only those steps (inclusive), through the (run, step) index."""
-    stmt = select(Event).where(Event.run_id.in_(plain_ids(run_ids)))
-    if phases:
-        stmt = stmt.where(Event.phase.in_(list(phases)))
-    if steps is not None:
-        stmt = stmt.where(Event.step >= int(steps[0]), Event.step <= int(steps[1]))
-    with engine.connect() as conn:
-        return pd.read_sql(stmt.order_by(Event.run_id, Event.rank, Event.t0), conn)
+    ``steps=(first, last)`` reads only those steps (inclusive): through the (run, step) index of
+    the events table, or the step statistics of a run's event file; ``columns`` only those
+    (``run_id`` always). A run's events come from its file where it has one, else from the table."""
+    from . import event_files
+
+    ids = plain_ids(run_ids)
+    wanted = [c for c in (columns or EVENT_COLUMNS) if c != "run_id"]
+    for c in wanted:
+        if c not in EVENT_COLUMNS:
+            raise QueryError(f"events: no column {c!r}; the columns are {', '.join(EVENT_COLUMNS)}")
+    files = event_files_of(engine, ids)
+    frames = []
+    in_table = [i for i in ids if i not in files]
+    if in_table:
+        stmt = select(Event.run_id, *[getattr(Event, c) for c in wanted]).where(Event.run_id.in_(in_table))
+        if phases:
+            stmt = stmt.where(Event.phase.in_(list(phases)))
+        if steps is not None:
+            stmt = stmt.where(Event.step >= int(steps[0]), Event.step <= int(steps[1]))
+        with engine.connect() as conn:
+            frames.append(pd.read_sql(stmt, conn))
+    for run_id, name in sorted(files.items()):
+        frame = event_files.read(event_files.path_of(engine, run_id, name), wanted, phases, steps)
+        frame.insert(0, "run_id", run_id)
+        frames.append(frame)
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if not frames:
+        return pd.DataFrame(columns=["run_id", *wanted])
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    order = [c for c in ("run_id", "rank", "t0") if c in out.columns]
+    return out.sort_values(order, kind="stable", ignore_index=True)
 
 
 def timeline_sizes(engine: Engine, run_ids: Sequence[int]) -> dict[int, int]:
     """Run id -> number of timeline events, for the runs that have any (``timeline=true``)."""
     from sqlalchemy import func
 
-    stmt = (select(Event.run_id, func.count()).where(Event.run_id.in_(plain_ids(run_ids)))
+    from . import event_files
+
+    files = event_files_of(engine, run_ids)
+    stmt = (select(Event.run_id, func.count()).where(Event.run_id.in_([i for i in plain_ids(run_ids) if i not in files]))
             .group_by(Event.run_id).order_by(Event.run_id))
     with engine.connect() as conn:
-        return {int(r): int(n) for r, n in conn.execute(stmt)}
+        sizes = {int(r): int(n) for r, n in conn.execute(stmt)}
+    for run_id, name in files.items():
+        sizes[run_id] = event_files.row_count(event_files.path_of(engine, run_id, name))
+    return dict(sorted(sizes.items()))
+
+
+def timeline_step_range(engine: Engine, run_id: int) -> tuple[int | None, int | None]:
+    """The first and last step the run's timeline recorded (from the (run, step) index or the file's statistics)."""
+    from sqlalchemy import func
+
+    from . import event_files
+
+    name = event_files_of(engine, [run_id]).get(int(run_id))
+    if name is not None:
+        return event_files.step_range(event_files.path_of(engine, run_id, name))
+    with engine.connect() as conn:
+        lo, hi = conn.execute(select(func.min(Event.step), func.max(Event.step)).where(Event.run_id == run_id)).one()
+    return lo, hi
+
+
+def collective_skews(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
+    """Per run, step and fused collective: the spread of the ranks' arrival times (seconds) and how
+    many ranks took part; the table's runs aggregated in SQL, the files' in pandas."""
+    from sqlalchemy import func
+
+    from . import event_files
+
+    columns = ["run_id", "step", "collective", "skew", "ranks"]
+    files = event_files_of(engine, run_ids)
+    in_table = [i for i in plain_ids(run_ids) if i not in files]
+    spread = (func.max(Event.arrival) - func.min(Event.arrival)).label("skew")
+    stmt = (select(Event.run_id, Event.step, Event.tensor, spread, func.count(Event.id).label("ranks"))
+            .where(Event.run_id.in_(in_table), Event.phase == "allreduce", Event.arrival.is_not(None))
+            .group_by(Event.run_id, Event.step, Event.tensor))
+    with engine.connect() as conn:
+        frames = [pd.DataFrame(conn.execute(stmt).all(), columns=columns)]
+    for run_id, name in sorted(files.items()):
+        ev = event_files.read(event_files.path_of(engine, run_id, name), ["step", "tensor", "arrival"], ["allreduce"])
+        ev = ev.dropna(subset=["arrival"])
+        if ev.empty:
+            continue
+        per = ev.groupby(["step", "tensor"], sort=True)["arrival"].agg(["max", "min", "size"]).reset_index()
+        frames.append(pd.DataFrame({"run_id": run_id, "step": per["step"], "collective": per["tensor"],
+                                    "skew": per["max"] - per["min"], "ranks": per["size"]}))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def timeline_counts(engine: Engine, run_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """Run id -> (timeline events, of which fused allreduces), for the runs that have any."""
+    from sqlalchemy import case, func
+
+    from . import event_files
+
+    files = event_files_of(engine, run_ids)
+    in_table = [i for i in plain_ids(run_ids) if i not in files]
+    stmt = (select(Event.run_id, func.count(Event.id), func.sum(case((Event.phase == "allreduce", 1), else_=0)))
+            .where(Event.run_id.in_(in_table)).group_by(Event.run_id))
+    with engine.connect() as conn:
+        counts = {int(r): (int(n), int(fused or 0)) for r, n, fused in conn.execute(stmt).all()}
+    for run_id, name in files.items():
+        path = event_files.path_of(engine, run_id, name)
+        counts[run_id] = (event_files.row_count(path), len(event_files.read(path, ["phase"], ["allreduce"])))
+    return counts
 
 
 def step_stats(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:

@@ -197,7 +197,7 @@ def register_runs(engine: Engine, study_name: str, planned: Sequence[PlannedRun]
             run.driver, run.heartbeat = driver, now
             run.error = run.job_id = run.hosts = run.versions = run.host_cpus = None
             run.throughput = run.train_seconds = run.wall_seconds = run.final_top1 = run.final_loss = None
-            run.steps = run.metrics = run.exit_code = run.output_tail = None
+            run.steps = run.metrics = run.exit_code = run.output_tail = run.events_file = None
             run.started_at = run.finished_at = run.ingested_at = None
             session.flush()
             failpoint("register")   # the reliability suite: killed mid-transaction

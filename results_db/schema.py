@@ -129,6 +129,9 @@ runs_table = Table(
     Column("mfu", Float),
     # the binding audit (results_db/binding.py): one line per finding; [] checked and clean, null unrecorded
     Column("binding", JSON),
+    # the run's timeline as a Parquet file (results_db/event_files.py), named relative to the database's
+    # events folder; null where its events, if any, are rows of the events table
+    Column("events_file", String(255)),
     Column("train_seconds", Float),
     Column("wall_seconds", Float),
     Column("steps", Integer),

@@ -12,6 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# a researcher's own events folder (results_db.event_files) must not decide where the tests'
+# databases keep their timelines, nor receive their files; the tests that want it set it
+os.environ.pop("SCALESTUDY_EVENTS_DIR", None)
 
 # Debian's MPICH (apt-get install mpich; .ci/run does): the "machine's MPI" of the mpi: system
 # tests, exposed as libmpi.so.12 the way Cray's cray-mpich-abi module exposes Cray MPICH

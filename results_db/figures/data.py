@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import pandas as pd
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, func, select
 
 from workloads.run_folder import STEP_PHASES
 from workloads.spec import FIELD
 
 from .. import compare, query
-from ..schema import Event, Round, Step
+from ..schema import Round, Step
 from .grid import Grid, build_grid
 
 # The axes a configuration is made of (compare's, seed being the repeat), in the order labels name them.
@@ -223,12 +223,7 @@ def collective_skew(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     """Arrival skew at every fused collective (ms): the spread across ranks of the moment
     each rank had all of that buffer's gradients ready, one value per (run, step, buffer),
     per configuration, ordered by node count (the straggler picture as ranks grow)."""
-    spread = (func.max(Event.arrival) - func.min(Event.arrival)).label("skew")
-    stmt = (select(Event.run_id, Event.step, Event.tensor, spread, func.count(Event.id).label("ranks"))
-            .where(Event.run_id.in_(sr.ids), Event.phase == "allreduce", Event.arrival.is_not(None))
-            .group_by(Event.run_id, Event.step, Event.tensor))
-    with engine.connect() as conn:
-        per = pd.DataFrame(conn.execute(stmt).all(), columns=["run_id", "step", "collective", "skew", "ranks"])
+    per = query.collective_skews(engine, sr.ids)
     per = per[per["ranks"] > 1]
     if per.empty:
         return pd.DataFrame(columns=["config", "nodes", "run_id", "step", "collective", "value"])
@@ -242,10 +237,7 @@ def collective_skew(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
 def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) -> int | None:
     """``run_id`` if given (it must be in the study and have a timeline), else the best timeline run."""
     ids = sr.ids
-    stmt = (select(Event.run_id, func.count(Event.id), func.sum(case((Event.phase == "allreduce", 1), else_=0)))
-            .where(Event.run_id.in_(ids)).group_by(Event.run_id))
-    with engine.connect() as conn:
-        counts = {int(r): int(fused or 0) for r, _, fused in conn.execute(stmt).all()}
+    counts = {r: fused for r, (_, fused) in query.timeline_counts(engine, ids).items()}
     if run_id is not None:
         if run_id not in ids:
             raise FigureDataError(f"--run-id {run_id}: not a finished run of study {sr.study!r}")
@@ -262,10 +254,8 @@ def pick_timeline_run(engine: Engine, sr: StudyRuns, run_id: int | None = None) 
 
 
 def timeline_steps(engine: Engine, run_id: int) -> tuple[int | None, int | None]:
-    """The first and last step the run's timeline recorded (from the (run, step) index)."""
-    with engine.connect() as conn:
-        return tuple(conn.execute(select(func.min(Event.step), func.max(Event.step))
-                                  .where(Event.run_id == run_id)).one())
+    """The first and last step the run's timeline recorded."""
+    return query.timeline_step_range(engine, run_id)
 
 
 def timeline_window(engine: Engine, run_id: int, steps: int = 2) -> pd.DataFrame:

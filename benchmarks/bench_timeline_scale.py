@@ -1,0 +1,121 @@
+"""A full-scale timeline: the run's event file (Parquet) against the ``events`` table.
+
+    python benchmarks/bench_timeline_scale.py [--ranks 64 256] [--steps 1000] [--events 60] [--repeats 5]
+
+Per rank count, one metrics folder shaped as the workload writes with ``timeline=true``
+(``metrics_fixture``: per rank and step four phases, ``--events`` gradient-ready events, a fused
+allreduce per 20 of them) is ingested into a fresh SQLite database, alternately (A B A B ...):
+
+- file: ``ingest_run`` as it runs by default, the events into ``<db>.events/run-N.parquet``;
+- table: ``ingest_run(..., events_table=True)``, the events as rows of the ``events`` table
+  (what every run did before; what a PostgreSQL database without ``SCALESTUDY_EVENTS_DIR`` does).
+
+Each ingestion runs in a process of its own (``--child``), pyarrow and pandas imported first, so
+that its peak RSS is what ingestion adds. Measured: ingestion seconds (parse, store, derive
+``step_stats``, commit), the peak RSS it added, the bytes kept (database + events folder), and
+the seconds to read one two-step window of every rank's events back (``query.events(steps=)``),
+the timeline figure's read. Medians (min-max) over the rounds.
+
+The fixture stands in for real ranks: 256 MPI ranks do not run on this 2-core machine, and the
+ingestion does not care who wrote the lines; its JSON is the workload's (``workloads.metrics``'s
+compact form, the form the fast path diverts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def child(run_dir: str, db: str, mode: str, window: int) -> None:
+    import pandas  # noqa: F401  (imported before the baseline RSS: not ingestion's memory)
+    import pyarrow.parquet  # noqa: F401
+
+    from results_db import connect, query
+    from results_db.ingest import ingest_run
+    from results_db.runs import PlannedRun, register_runs
+    from workloads.spec import RunSpec
+
+    engine = connect(f"sqlite:///{db}")
+    [d] = register_runs(engine, "bench", [PlannedRun("k", RunSpec.load(f"{run_dir}/spec.json").to_dict(), run_dir)])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    ingest_run(engine, d.run_id, run_dir, events_table=(mode == "table"))
+    ingest = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    frame = query.events(engine, [d.run_id], steps=(window, window + 1))
+    read = time.perf_counter() - t0
+    engine.dispose()
+    kept = sum(p.stat().st_size for p in Path(db).parent.rglob("*") if p.is_file())
+    print(json.dumps({"ingest_s": ingest, "rss_mib": peak - before, "read_s": read, "window_events": len(frame),
+                      "kept_mb": kept / 2**20}))
+
+
+def one(run_dir: Path, mode: str, window: int) -> dict:
+    home = Path(tempfile.mkdtemp(prefix=f"bench-tl-{mode}-"))
+    try:
+        out = subprocess.run([sys.executable, __file__, "--child", str(run_dir), str(home / "results.db"), mode,
+                              str(window)], capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--events", type=int, default=60, help="gradient-ready events per step and rank")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--child", nargs=4, metavar=("RUN_DIR", "DB", "MODE", "WINDOW"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        run_dir, db, mode, window = args.child
+        child(run_dir, db, mode, int(window))
+        return
+
+    from harness import median
+    from metrics_fixture import make_metrics_dir
+
+    work = Path(tempfile.mkdtemp(prefix="bench-timeline-scale-"))
+    try:
+        for ranks in args.ranks:
+            run_dir = work / f"run-{ranks}"
+            records = make_metrics_dir(run_dir, ranks, args.steps, args.events)
+            size = sum(p.stat().st_size for p in (run_dir / "metrics").iterdir()) / 2**30
+            print(f"{ranks} ranks x {args.steps} steps: {records:,} step+event records, {size:.2f} GB of JSON lines",
+                  flush=True)
+            samples: dict[str, list[dict]] = {"file": [], "table": []}
+            for r in range(args.repeats):
+                for mode in samples:
+                    samples[mode].append(one(run_dir, mode, args.steps // 2))
+                print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
+                    f"{m} {s[-1]['ingest_s']:.1f} s" for m, s in samples.items()), flush=True)
+            for mode, rows in samples.items():
+                def stat(key: str) -> str:
+                    xs = [row[key] for row in rows]
+                    return f"{median(xs):.3g} ({min(xs):.3g}-{max(xs):.3g})"
+                print(f"  {mode:5s} ingest {stat('ingest_s')} s, peak RSS +{stat('rss_mib')} MiB, "
+                      f"kept {stat('kept_mb')} MB, 2-step window read {stat('read_s')} s "
+                      f"({rows[0]['window_events']:,} events)")
+            per_round = [t["ingest_s"] / f["ingest_s"] for f, t in zip(samples["file"], samples["table"])]
+            print(f"  ingestion table/file = {median(per_round):.2f} (per-round {min(per_round):.2f}-{max(per_round):.2f})",
+                  flush=True)
+            shutil.rmtree(run_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""A timeline kept as a Parquet file beside the database reads back as the events table would.
+
+Every check ingests the same metrics twice, once into each store (``events_table=True`` forces the
+table), and compares what the query API returns; the derived step statistics are also checked
+against ``timeline.step_stats`` over the whole frame at once (the ingestion reads windows of steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pandas as pd
+import pytest
+
+from results_db import connect, event_files, ingest, query
+from results_db.ingest import IngestError, ingest_run
+from results_db.runs import PlannedRun, register_runs
+from results_db.timeline import step_stats
+from workloads.spec import RunSpec
+
+from conftest import REPO, mpiexec, write_spec
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from metrics_fixture import make_metrics_dir  # noqa: E402
+
+
+def _ingest(url: str, run_dir, table: bool = False, key: str = "k"):
+    engine = connect(url)
+    spec = RunSpec.load(run_dir / "spec.json").to_dict() if (run_dir / "spec.json").is_file() else None
+    spec = {**(spec or {}), "timeline": True}
+    [d] = register_runs(engine, "ev", [PlannedRun(key, spec, str(run_dir))])
+    ingest_run(engine, d.run_id, run_dir, events_table=table)
+    return engine, d.run_id
+
+
+def _same(file_engine, file_id, table_engine, table_id):
+    a, b = query.events(file_engine, [file_id]), query.events(table_engine, [table_id])
+    assert len(a) and list(a.columns) == list(b.columns) == query.EVENT_COLUMNS
+    pd.testing.assert_frame_equal(a.drop(columns="run_id"), b.drop(columns="run_id"), check_dtype=False)
+    sa, sb = (query.step_stats(e, [i]).drop(columns=["id", "run_id"]) for e, i in ((file_engine, file_id),
+                                                                              (table_engine, table_id)))
+    pd.testing.assert_frame_equal(sa, sb, check_dtype=False)
+    whole = step_stats(a)   # every step at once, not windowed
+    pd.testing.assert_frame_equal(sa.reset_index(drop=True), whole, check_dtype=False)
+    for read in (query.collective_skews, query.timeline_counts, query.timeline_sizes):
+        x, y = read(file_engine, [file_id]), read(table_engine, [table_id])
+        if isinstance(x, pd.DataFrame):
+            key = ["step", "collective"]
+            pd.testing.assert_frame_equal(x.drop(columns="run_id").sort_values(key, ignore_index=True),
+                                          y.drop(columns="run_id").sort_values(key, ignore_index=True),
+                                          check_dtype=False)
+        else:
+            assert list(x.values()) == list(y.values())
+    assert query.timeline_step_range(file_engine, file_id) == query.timeline_step_range(table_engine, table_id)
+    window = (3, 4)
+    pd.testing.assert_frame_equal(query.events(file_engine, [file_id], phases=["allreduce"], steps=window)
+                                  .drop(columns="run_id"),
+                                  query.events(table_engine, [table_id], phases=["allreduce"], steps=window)
+                                  .drop(columns="run_id"), check_dtype=False)
+
+
+def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(tmp_path):
+    """A real 2-rank resnet20 run: its event lines take the file's fast path (they begin as the
+    workload writes them), and every reader returns what the events table returns."""
+    run_dir = tmp_path / "run"
+    spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=6,
+                      model="resnet20", dataset="synthetic_images", timeline=True, fusion_threshold_mb=0.2)
+    proc = mpiexec(2, "-m", "workloads", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    lines = (run_dir / "metrics" / "rank-0.jsonl").read_bytes().splitlines()
+    events = [raw for raw in lines if b'"type":"event"' in raw]
+    assert events and all(raw.startswith(ingest._Reader.DIVERT_PREFIXES) for raw in events)
+
+    file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
+    table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
+    [name] = query.runs(file_engine, run_ids=[file_id], columns=["events_file"])["events_file"]
+    assert name == f"run-{file_id}.parquet" and (tmp_path / "f.db.events" / name).is_file()
+    assert query.runs(table_engine, run_ids=[table_id], columns=["events_file"])["events_file"].isna().all()
+    with file_engine.connect() as conn:   # nothing went into the table
+        from sqlalchemy import text
+        assert conn.execute(text("select count(*) from events")).scalar() == 0
+    _same(file_engine, file_id, table_engine, table_id)
+
+
+def test_many_windows_and_hand_formatted_lines_give_the_same_statistics(tmp_path, monkeypatch):
+    """Windows of a few steps (the 256-rank case in small), and event lines another writer
+    formatted (spaces after the separators: the slow path, into the same file)."""
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=3, steps=40, events_per_step=25)
+    path = run_dir / "metrics" / "rank-1.jsonl"
+    path.write_text("".join(json.dumps(json.loads(line)) + "\n" for line in path.read_text().splitlines()))
+    monkeypatch.setattr(ingest, "_DERIVE_ROWS", 500)   # ~6 steps a window
+    file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
+    table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
+    _same(file_engine, file_id, table_engine, table_id)
+    assert sorted(query.events(file_engine, [file_id])["rank"].unique()) == [0, 1, 2]
+
+
+def test_the_folder_is_the_variables_or_beside_the_database_and_postgresql_without_it_uses_the_table(
+        tmp_path, monkeypatch, postgres_url):
+    from conftest import _fresh_postgres
+
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=8, events_per_step=5)
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    _fresh_postgres(postgres_url)
+    pg, pg_id = _ingest(postgres_url, run_dir)
+    assert event_files.events_dir(pg) is None and not query.event_files_of(pg, [pg_id])
+    assert query.timeline_sizes(pg, [pg_id])[pg_id] == 2 * 8 * (4 + 5 + 1)
+
+    monkeypatch.setenv(event_files.EVENTS_DIR_ENV, str(tmp_path / "shared-events"))
+    pg2, pg2_id = _ingest(postgres_url, run_dir, key="k2")
+    assert (tmp_path / "shared-events" / f"run-{pg2_id}.parquet").is_file()
+    _same(pg2, pg2_id, pg, pg_id)
+
+    sqlite, sqlite_id = _ingest(f"sqlite:///{tmp_path / 's.db'}", run_dir)
+    assert (tmp_path / "shared-events" / f"run-{sqlite_id}.parquet").is_file()   # the variable wins
+    assert not (tmp_path / "s.db.events").exists()
+
+
+def test_a_database_moved_with_its_folder_reads_and_a_lost_file_is_said_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=6, events_per_step=5)
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'a.db'}", run_dir)
+    engine.dispose()
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.move(tmp_path / "a.db", moved / "b.db")
+    shutil.move(tmp_path / "a.db.events", moved / "b.db.events")
+    engine = connect(f"sqlite:///{moved / 'b.db'}")
+    assert len(query.events(engine, [run_id])) == 2 * 6 * (4 + 5 + 1)
+    os.remove(moved / "b.db.events" / f"run-{run_id}.parquet")
+    with pytest.raises(event_files.EventFileError, match=f"run {run_id}: its timeline file .* is missing"):
+        query.events(engine, [run_id])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda rec: rec.pop("t0"), r"rank-1.jsonl:\d+: a record lacks or mistypes a field .*\(t0\)"),
+    (lambda rec: rec.update(step="three"), r"rank-1.jsonl:\d+: a record lacks or mistypes a field .*\(step\)"),
+])
+def test_a_bad_event_line_is_named_and_leaves_nothing_behind(tmp_path, monkeypatch, damage, message):
+    """A damaged event in the middle of a rank file (the fast path's C++ reader finds it; the
+    line is then named as the slow path names it), nothing stored, no file left over."""
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=10, events_per_step=5)
+    path = run_dir / "metrics" / "rank-1.jsonl"
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if '"phase":"grad_ready"' in line and i > 40)
+    rec = json.loads(lines[at])
+    damage(rec)
+    lines[at] = json.dumps(rec, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+    engine = connect(f"sqlite:///{tmp_path / 'x.db'}")
+    [d] = register_runs(engine, "ev", [PlannedRun("k", {**RunSpec.load(run_dir / "spec.json").to_dict(),
+                                                         "timeline": True}, str(run_dir))])
+    with pytest.raises(IngestError, match=message) as caught:
+        ingest_run(engine, d.run_id, run_dir)
+    assert f":{at + 1}:" in str(caught.value) and "\n" not in str(caught.value)
+    assert list((tmp_path / "x.db.events").iterdir()) == []
+    assert query.runs(engine, run_ids=[d.run_id], columns=["status"])["status"].tolist() == ["pending"]
+
+
+def test_a_run_cut_off_mid_event_keeps_every_whole_event(tmp_path, monkeypatch):
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=5, events_per_step=5)
+    path = run_dir / "metrics" / "rank-0.jsonl"
+    lines = path.read_text().splitlines()[:-1]   # no run_end: killed while writing an event
+    path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:30])
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'c.db'}", run_dir)
+    events = query.events(engine, [run_id])
+    whole = sum('"type":"event"' in line for line in lines[:-1])
+    assert (events["rank"] == 0).sum() == whole and (events["rank"] == 1).sum() == 5 * (4 + 5 + 1)
+    assert query.runs(engine, run_ids=[run_id], columns=["status"])["status"].tolist() == ["partial"]
+
+
+def test_a_killed_ingestions_temporary_file_is_removed_by_the_next_and_a_live_ones_is_not(tmp_path, monkeypatch):
+    """An ingestion killed mid-write (SIGKILL: no ``discard``) leaves ``.run-N.parquet.PID.tmp``;
+    the next ingestion of that run removes it when PID is gone, and leaves a live writer's alone."""
+    import subprocess
+
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
+    engine = connect(f"sqlite:///{tmp_path / 'k.db'}")
+    [d] = register_runs(engine, "ev", [PlannedRun("k", {**RunSpec.load(run_dir / "spec.json").to_dict(),
+                                                         "timeline": True}, str(run_dir))])
+    folder = tmp_path / "k.db.events"
+    folder.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead_tmp = folder / f".run-{d.run_id}.parquet.{int(gone.stdout)}.tmp"
+        live_tmp = folder / f".run-{d.run_id}.parquet.{live.pid}.tmp"
+        other_run = folder / f".run-{d.run_id + 1}.parquet.{int(gone.stdout)}.tmp"
+        for p in (dead_tmp, live_tmp, other_run):
+            p.write_bytes(b"half a file")
+        ingest_run(engine, d.run_id, run_dir)
+        assert not dead_tmp.exists() and live_tmp.exists() and other_run.exists()
+        assert (folder / f"run-{d.run_id}.parquet").is_file()
+    finally:
+        live.kill()
+        live.wait()
