@@ -28,7 +28,8 @@ from sqlalchemy.engine import make_url
 EVENTS_DIR_ENV = "SCALESTUDY_EVENTS_DIR"
 # the events table's columns less ``id`` and ``run_id`` (a file holds one run)
 COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
-ROW_GROUP = 20000   # events per row group: fine enough for step-range reads, coarse enough to write fast
+ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
+_GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
 class EventFileError(ValueError):
@@ -224,8 +225,9 @@ def read(path: Path, columns: Sequence[str] | None = None, phases: Sequence[str]
          steps: tuple[int, int] | None = None):
     """The file's events as a DataFrame, only ``columns``, ``phases`` and steps ``first..last``.
 
-    A row group at a time, filtered as it is read: memory holds what is kept, not what is
-    scanned (``pyarrow.parquet.read_table(filters=...)`` held four times as much here)."""
+    Some row groups at a time, filtered as they are read: memory holds what is kept (and
+    ``_GROUPS_PER_READ`` groups), not what is scanned (``pyarrow.parquet.read_table(filters=...)``
+    held four times as much here)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -235,8 +237,9 @@ def read(path: Path, columns: Sequence[str] | None = None, phases: Sequence[str]
     wanted = pa.array(list(phases), pa.string()) if phases else None
     parquet = pq.ParquetFile(path)
     parts = []
-    for g in _row_groups(parquet.metadata, steps):
-        table = parquet.read_row_group(g, columns=needed)
+    groups = _row_groups(parquet.metadata, steps)
+    for at in range(0, len(groups), _GROUPS_PER_READ):
+        table = parquet.read_row_groups(groups[at:at + _GROUPS_PER_READ], columns=needed, use_threads=False)
         keep = None
         if wanted is not None:
             keep = pc.is_in(table["phase"], value_set=wanted)
