@@ -171,7 +171,7 @@ class ColumnSink:
 
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.tmp_path, _schema(), compression="zstd",
-                                            use_dictionary=["tensor", "phase", "tensors"])
+                                            use_dictionary=["tensor", "phase", "tensors"], write_statistics=["step"])
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
         self._writer.write_table(table, row_group_size=self.batch)
         self.written += table.num_rows
@@ -208,68 +208,100 @@ def _remove_dead_writers(folder: Path, name: str) -> None:
             continue
 
 
-def _row_groups(meta, steps: tuple[int, int] | None) -> list[int]:
-    """The row groups that may hold steps ``first..last``, by their step statistics."""
-    index = meta.schema.names.index("step")
-    kept = []
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(index).statistics
-        if steps is not None and stats is not None and stats.has_min_max and \
-                (stats.max < int(steps[0]) or stats.min > int(steps[1])):
-            continue
-        kept.append(g)
-    return kept
+class EventFile:
+    """One run's event file, opened once: its footer (several MiB of metadata per 10^7 events,
+    held again by every fresh open, which pyarrow did not give back here) and each row group's
+    step range are read once however many windows are read from it."""
+
+    def __init__(self, path: Path) -> None:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self._file = pq.ParquetFile(path)
+        meta = self._file.metadata
+        self.rows = int(meta.num_rows)
+        index = meta.schema.names.index("step")
+        lows, highs = np.empty(meta.num_row_groups, np.int64), np.empty(meta.num_row_groups, np.int64)
+        self._exact = True
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:   # a file another writer made: no pruning
+                lows[g], highs[g], self._exact = np.iinfo(np.int64).min, np.iinfo(np.int64).max, False
+            else:
+                lows[g], highs[g] = stats.min, stats.max
+        self._lows, self._highs = lows, highs
+
+    def groups(self, steps: tuple[int, int] | None) -> list[int]:
+        """The row groups that may hold steps ``first..last``, by their step statistics."""
+        import numpy as np
+
+        if steps is None:
+            return list(range(len(self._lows)))
+        return np.flatnonzero((self._highs >= int(steps[0])) & (self._lows <= int(steps[1]))).tolist()
+
+    def read(self, columns: Sequence[str] | None = None, phases: Sequence[str] | None = None,
+             steps: tuple[int, int] | None = None):
+        """The events as a DataFrame, only ``columns``, ``phases`` and steps ``first..last``.
+
+        Some row groups at a time, filtered as they are read: memory holds what is kept (and
+        ``_GROUPS_PER_READ`` groups), not what is scanned (``pyarrow.parquet.read_table(filters=...)``
+        held four times as much here)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = list(columns) if columns else list(COLUMNS)
+        needed = names + [c for c, used in (("phase", phases), ("step", steps is not None))
+                          if used and c not in names]
+        wanted = pa.array(list(phases), pa.string()) if phases else None
+        parts = []
+        groups = self.groups(steps)
+        for at in range(0, len(groups), _GROUPS_PER_READ):
+            table = self._file.read_row_groups(groups[at:at + _GROUPS_PER_READ], columns=needed, use_threads=False)
+            keep = None
+            if wanted is not None:
+                keep = pc.is_in(table["phase"], value_set=wanted)
+            if steps is not None:
+                inside = pc.and_(pc.greater_equal(table["step"], int(steps[0])),
+                                 pc.less_equal(table["step"], int(steps[1])))
+                keep = inside if keep is None else pc.and_(keep, inside)
+            if keep is not None:
+                table = table.filter(keep)
+            if table.num_rows:
+                parts.append(table.select(names))
+        if not parts:
+            return _schema().empty_table().select(names).to_pandas()
+        return pa.concat_tables(parts).to_pandas()
+
+    def step_range(self) -> tuple[int | None, int | None]:
+        """The first and last step in the file, from its row groups' statistics where it has them."""
+        if not len(self._lows):
+            return None, None
+        if not self._exact:
+            frame = self.read(["step"])
+            return (int(frame["step"].min()), int(frame["step"].max())) if len(frame) else (None, None)
+        return int(self._lows.min()), int(self._highs.max())
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def read(path: Path, columns: Sequence[str] | None = None, phases: Sequence[str] | None = None,
          steps: tuple[int, int] | None = None):
-    """The file's events as a DataFrame, only ``columns``, ``phases`` and steps ``first..last``.
-
-    Some row groups at a time, filtered as they are read: memory holds what is kept (and
-    ``_GROUPS_PER_READ`` groups), not what is scanned (``pyarrow.parquet.read_table(filters=...)``
-    held four times as much here)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    names = list(columns) if columns else list(COLUMNS)
-    needed = names + [c for c, used in (("phase", phases), ("step", steps is not None)) if used and c not in names]
-    wanted = pa.array(list(phases), pa.string()) if phases else None
-    parquet = pq.ParquetFile(path)
-    parts = []
-    groups = _row_groups(parquet.metadata, steps)
-    for at in range(0, len(groups), _GROUPS_PER_READ):
-        table = parquet.read_row_groups(groups[at:at + _GROUPS_PER_READ], columns=needed, use_threads=False)
-        keep = None
-        if wanted is not None:
-            keep = pc.is_in(table["phase"], value_set=wanted)
-        if steps is not None:
-            inside = pc.and_(pc.greater_equal(table["step"], int(steps[0])), pc.less_equal(table["step"], int(steps[1])))
-            keep = inside if keep is None else pc.and_(keep, inside)
-        if keep is not None:
-            table = table.filter(keep)
-        if table.num_rows:
-            parts.append(table.select(names))
-    if not parts:
-        return _schema().empty_table().select(names).to_pandas()
-    return pa.concat_tables(parts).to_pandas()
+    """``EventFile(path).read(...)``, for one read."""
+    events = EventFile(path)
+    try:
+        return events.read(columns, phases, steps)
+    finally:
+        events.close()
 
 
 def step_range(path: Path) -> tuple[int | None, int | None]:
-    """The first and last step in the file, from its row groups' statistics (nothing else is read)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
-    index = meta.schema.names.index("step")
-    lows, highs = [], []
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            frame = read(path, ["step"])
-            return (int(frame["step"].min()), int(frame["step"].max())) if len(frame) else (None, None)
-        lows.append(stats.min)
-        highs.append(stats.max)
-    return (int(min(lows)), int(max(highs))) if lows else (None, None)
+    events = EventFile(path)
+    try:
+        return events.step_range()
+    finally:
+        events.close()
 
 
 def row_count(path: Path) -> int:

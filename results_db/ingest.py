@@ -64,20 +64,21 @@ _DERIVE_ROWS = 2_000_000   # events per window of steps (of every phase): memory
 def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_files.ColumnSink | None = None) -> None:
     """Per-step stats from the run's events, a window of steps at a time (plus the step
     before each window, which the update delay needs), wherever the sink put them: the
-    run's event file (a ``ColumnSink``), else the events table. pandas is imported here, for timeline runs only:
-    a sweep's driver starts faster without it."""
+    run's event file (a ``ColumnSink``), else the events table. pandas is imported here, for
+    timeline runs only: a sweep's driver starts faster without it."""
     import pandas as pd
 
     from . import event_files
-    from .timeline import step_stats
 
     names = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]
+    opened = None
     if isinstance(sink, event_files.ColumnSink):
         sink.close()
-        lo, hi = event_files.step_range(sink.tmp_path)
+        opened = event_files.EventFile(sink.tmp_path)   # once: every window reads through it
+        lo, hi = opened.step_range()
 
         def window(first: int, last: int) -> pd.DataFrame:
-            return event_files.read(sink.tmp_path, names, _DERIVE_PHASES, (first, last))
+            return opened.read(names, _DERIVE_PHASES, (first, last))
     else:
         cols = [getattr(Event, n) for n in names]
         lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step))
@@ -87,8 +88,17 @@ def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_file
             rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
                                                        Event.step >= first, Event.step <= last)).all()
             return pd.DataFrame([tuple(r) for r in rows], columns=names)  # tuples: see query.frame_of
-    if lo is None:
-        return
+    try:
+        if lo is not None:
+            _derive_windows(session, run_id, window, lo, hi, sink)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _derive_windows(session: Session, run_id: int, window, lo: int, hi: int, sink) -> None:
+    from .timeline import step_stats
+
     written = sink.written if sink is not None else session.execute(
         select(func.count()).select_from(Event).where(Event.run_id == run_id)).scalar_one()
     per_step = written / (hi - lo + 1)

@@ -206,3 +206,23 @@ def test_a_killed_ingestions_temporary_file_is_removed_by_the_next_and_a_live_on
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_file_without_step_statistics_is_read_whole_and_still_filtered(tmp_path):
+    """A file written without statistics (another writer's, or a copy re-encoded by a tool)
+    cannot be pruned by row group: every group is read and the window is still exact."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [(r, s, f"t{s}", "allreduce" if s % 2 else "backward", s + 0.1, s + 0.2, 0, None, None)
+            for r in range(3) for s in range(10)]
+    table = pa.Table.from_pylist([dict(zip(event_files.COLUMNS, row)) for row in rows], schema=event_files._schema())
+    path = tmp_path / "bare.parquet"
+    pq.write_table(table, path, row_group_size=7, write_statistics=False)
+    opened = event_files.EventFile(path)
+    assert opened.groups((4, 5)) == list(range(pq.ParquetFile(path).metadata.num_row_groups))
+    assert opened.step_range() == (0, 9)
+    window = opened.read(["rank", "step"], ["allreduce"], (4, 7))
+    assert sorted(map(tuple, window.to_numpy().tolist())) == [(r, s) for r in range(3) for s in (5, 7)]
+    pq.write_table(table, path, row_group_size=7)   # with statistics: only the groups of steps 4..7
+    assert len(event_files.EventFile(path).groups((4, 5))) < pq.ParquetFile(path).metadata.num_row_groups
