@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 EVENTS_DIR_ENV = "SCALESTUDY_EVENTS_DIR"
 # the events table's columns less ``id`` and ``run_id`` (a file holds one run)
 COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
+_JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of lines parses on both cores here
 ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
@@ -118,10 +119,18 @@ class ColumnSink:
         import pyarrow.compute as pc
         import pyarrow.json as pj
 
+        data = b"".join(lines)
+        parse = pj.ParseOptions(explicit_schema=_json_schema(), unexpected_field_behavior="ignore")
         try:
-            table = pj.read_json(io.BytesIO(b"".join(lines)), read_options=pj.ReadOptions(block_size=1 << 24),
-                                 parse_options=pj.ParseOptions(explicit_schema=_json_schema(),
-                                                               unexpected_field_behavior="ignore"))
+            try:   # blocks parsed in parallel, on as many cores as pyarrow's pool has
+                table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=_JSON_BLOCK),
+                                     parse_options=parse)
+            except pa.ArrowInvalid as exc:
+                if "straddling" not in str(exc):
+                    raise
+                # a line longer than a block (a fused buffer of thousands of tensors): one block
+                table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=len(data) + 1),
+                                     parse_options=parse)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise TypeError(str(exc).splitlines()[0]) from None
         if table.num_rows != len(lines):

@@ -58,6 +58,7 @@ _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
 _EVENT_COLUMNS = ("run_id", "rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
 _DERIVE_PHASES = ("allreduce", "backward", "update")  # what step_stats reads
+_BLOCK = 1 << 22
 _DERIVE_ROWS = 2_000_000   # events per window of steps (of every phase): memory stays bounded on long, wide runs
 
 
@@ -151,7 +152,7 @@ class _Reader:
         lineno = 0
         with open(path, "rb") as fh:
             while True:
-                block = fh.readlines(1 << 22)
+                block = fh.readlines(_BLOCK)
                 if not block:
                     return
                 last_block = not fh.peek(1) if hasattr(fh, "peek") else False

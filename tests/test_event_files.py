@@ -226,3 +226,25 @@ def test_a_file_without_step_statistics_is_read_whole_and_still_filtered(tmp_pat
     assert sorted(map(tuple, window.to_numpy().tolist())) == [(r, s) for r in range(3) for s in (5, 7)]
     pq.write_table(table, path, row_group_size=7)   # with statistics: only the groups of steps 4..7
     assert len(event_files.EventFile(path).groups((4, 5))) < pq.ParquetFile(path).metadata.num_row_groups
+
+
+def test_an_event_line_longer_than_a_json_block_is_still_read(tmp_path, monkeypatch):
+    """The JSON reader parses blocks in parallel and refuses a line longer than a block (a fused
+    buffer of thousands of tensors); such a block of lines is parsed again as one block."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    monkeypatch.setattr(event_files, "_JSON_BLOCK", 1024)
+    lines = [json.dumps({"type": "event", "schema": 1, "step": s, "tensor": "fused-0", "phase": "allreduce",
+                         "t0": 1.0, "t1": 2.0, "bytes": 8,
+                         "tensors": [f"layer{k}.weight" for k in range(200 if s == 3 else 2)]},
+                        separators=(",", ":")).encode() + b"\n" for s in range(10)]
+    with pytest.raises(pa.ArrowInvalid, match="straddling"):   # the reader's limit, the control
+        pj.read_json(io.BytesIO(b"".join(lines)), read_options=pj.ReadOptions(block_size=1024))
+    sink = event_files.ColumnSink(tmp_path, 1)
+    sink.add_lines(0, lines)
+    sink.flush()
+    frame = event_files.read(tmp_path / sink.commit(), ["step", "tensors"])
+    assert frame["tensors"].tolist() == [",".join(json.loads(line)["tensors"]) for line in lines]
