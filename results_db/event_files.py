@@ -25,6 +25,8 @@ from orjson import loads as _loads
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from .columns import QueryError
+
 EVENTS_DIR_ENV = "SCALESTUDY_EVENTS_DIR"
 # the events table's columns less ``id`` and ``run_id`` (a file holds one run)
 COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
@@ -33,8 +35,9 @@ ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coa
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
-class EventFileError(ValueError):
-    """A run's event file cannot be found or read."""
+class EventFileError(QueryError):
+    """A run's event file cannot be found, read or written: a QueryError, so that every command
+    that reads results says it in one line."""
 
 
 def events_dir(engine: Engine) -> Path | None:
@@ -97,7 +100,11 @@ class ColumnSink:
     before the run's transaction commits, ``discard`` removes it when ingestion fails."""
 
     def __init__(self, folder: Path, run_id: int, batch: int = ROW_GROUP) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EventFileError(f"timeline events folder {folder} (${EVENTS_DIR_ENV}, or beside the database): "
+                                 f"cannot be made ({exc.strerror or exc})") from None
         self.name = file_name(run_id)
         self.path = folder / self.name
         self.tmp_path = folder / f".{self.name}.{os.getpid()}.tmp"
@@ -314,6 +321,8 @@ def step_range(path: Path) -> tuple[int | None, int | None]:
 
 
 def row_count(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.ParquetFile(path).metadata.num_rows)
+    events = EventFile(path)
+    try:
+        return events.rows
+    finally:
+        events.close()

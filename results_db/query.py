@@ -177,8 +177,11 @@ def timeline_counts(engine: Engine, run_ids: Sequence[int]) -> dict[int, tuple[i
     with engine.connect() as conn:
         counts = {int(r): (int(n), int(fused or 0)) for r, n, fused in conn.execute(stmt).all()}
     for run_id, name in files.items():
-        path = event_files.path_of(engine, run_id, name)
-        counts[run_id] = (event_files.row_count(path), len(event_files.read(path, ["phase"], ["allreduce"])))
+        opened = event_files.EventFile(event_files.path_of(engine, run_id, name))
+        try:
+            counts[run_id] = (opened.rows, len(opened.read(["phase"], ["allreduce"])))
+        finally:
+            opened.close()
     return counts
 
 

@@ -21,7 +21,7 @@ from results_db.runs import PlannedRun, register_runs
 from results_db.timeline import step_stats
 from workloads.spec import RunSpec
 
-from conftest import REPO, mpiexec, write_spec
+from conftest import REPO, mpiexec, scalestudy, write_spec
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from metrics_fixture import make_metrics_dir  # noqa: E402
@@ -248,3 +248,37 @@ def test_an_event_line_longer_than_a_json_block_is_still_read(tmp_path, monkeypa
     sink.flush()
     frame = event_files.read(tmp_path / sink.commit(), ["step", "tensors"])
     assert frame["tensors"].tolist() == [",".join(json.loads(line)["tensors"]) for line in lines]
+
+
+def test_a_lost_file_is_one_error_line_from_the_timeline_command(tmp_path, monkeypatch):
+    """The command-line face of a lost file: one line, exit 2, no traceback (EventFileError is
+    a QueryError, which every reading command reports)."""
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'l.db'}", run_dir)
+    engine.dispose()
+    os.remove(tmp_path / "l.db.events" / f"run-{run_id}.parquet")
+    proc = scalestudy("timeline", str(run_id), "--db", f"sqlite:///{tmp_path / 'l.db'}", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "is missing" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_events_folder_that_cannot_be_made_fails_the_ingestion_in_one_line_and_keeps_the_run(tmp_path):
+    """$SCALESTUDY_EVENTS_DIR naming a file: scalestudy ingest says so in one line naming the
+    variable and the folder; the run folder is untouched and ingests once the variable is mended."""
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    before = sorted((p.name, p.stat().st_size) for p in (run_dir / "metrics").iterdir())
+    proc = scalestudy("ingest", str(run_dir), "--db", db, cwd=tmp_path,
+                      env={event_files.EVENTS_DIR_ENV: str(blocker / "events")})
+    fail = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines() if line.lstrip().startswith("fail ")]
+    assert len(fail) == 1 and "$SCALESTUDY_EVENTS_DIR" in fail[0] and str(blocker) in fail[0], proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted((p.name, p.stat().st_size) for p in (run_dir / "metrics").iterdir()) == before
+    again = scalestudy("ingest", str(run_dir), "--db", db, cwd=tmp_path, env={event_files.EVENTS_DIR_ENV: str(tmp_path / "ev")})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(list((tmp_path / "ev").glob("run-*.parquet"))) == 1

@@ -23,6 +23,7 @@ def timeline(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     from results_db.chrome_trace import TraceError, write_chrome_trace
+    from results_db.columns import QueryError
 
     out = Path(args.out or f"timeline-{args.run_id}.json")
     if not out.parent.is_dir():
@@ -34,7 +35,7 @@ def timeline(argv: Sequence[str]) -> int:
     began = time.perf_counter()
     try:
         events = write_chrome_trace(engine, args.run_id, out)
-    except TraceError as exc:
+    except (TraceError, QueryError) as exc:   # QueryError: e.g. the run's event file is gone
         return fail(str(exc))
     except OSError as exc:
         return fail(f"--out {out}: {exc.strerror or exc}")
