@@ -1,10 +1,16 @@
-"""A run's timeline events as one columnar (Parquet) file beside the database.
+"""A run's timeline events as columnar (Parquet) files beside the database.
 
-Why: a 256-rank, 1,000-step timeline holds some 16 million events. As rows of the ``events``
-table they take minutes to insert and gigabytes to keep; as Parquet (strings dictionary-encoded,
-one row group per few thousand events of one rank, in step order) they are written as fast as the
-ranks' JSON lines are parsed, and read back by column and by step range, the row groups' step
-statistics skipping the rest. The measures derived from them (``step_stats``) stay in SQL.
+Why: a 256-rank, 1,000-step timeline holds some 16 million events (45 million for ResNet-50).
+As rows of the ``events`` table they take minutes to insert and gigabytes to keep; as Parquet
+(strings dictionary-encoded, one row group per few thousand events of one rank, in step order)
+they are written as fast as the ranks' JSON lines are parsed, and read back by column and by
+step range, the row groups' step statistics skipping the rest. The measures derived from them
+(``step_stats``) are folded as the events are parsed and stay in SQL.
+
+Layout: a run's events are a folder, ``run-N.parquet/``, of part files of at most
+``GROUPS_PER_PART`` row groups each (a Parquet writer holds every group's metadata until it
+closes, ~8 KB each: bounded parts keep ingestion's memory flat however long the run). A file of
+that name (one part) is a run an earlier scalestudy ingested; it reads the same.
 
 Where: ``$SCALESTUDY_EVENTS_DIR`` when set; else, for a SQLite database file, the folder beside it
 (``results.db`` -> ``results.db.events/``). Without either (PostgreSQL without the variable, an
@@ -18,6 +24,7 @@ run whose file is gone is said so, in one line, by whatever reads it.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -32,6 +39,8 @@ EVENTS_DIR_ENV = "SCALESTUDY_EVENTS_DIR"
 COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
 _JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of lines parses on both cores here
 ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
+GROUPS_PER_PART = 200   # row groups per part file (10^6 events): what a writer holds stays bounded
+_FOLD_ROWS = 200_000   # events of ended ranks folded into the measures at once
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
@@ -63,7 +72,7 @@ def path_of(engine: Engine, run_id: int, name: str) -> Path:
         raise EventFileError(f"run {run_id}: its timeline is in {name}, in a folder of event files; this "
                              f"database has none: set {EVENTS_DIR_ENV} to the folder that holds {name}")
     path = folder / name
-    if not path.is_file():
+    if not path.exists():
         raise EventFileError(f"run {run_id}: its timeline file {path} is missing (moved without the "
                              f"database's events folder? set {EVENTS_DIR_ENV} to where it is)")
     return path
@@ -78,28 +87,37 @@ def _schema():
 
 
 def _json_schema():
-    """The fields of an event record as the JSON reader parses them. Not ``tensors``: a fused
-    collective's is a list of names, a negotiation's a count (which the events table does not keep)."""
+    """The fields of an event record as the JSON reader parses them. ``tensors`` as ``tensorL``
+    where it is a list (a fused collective's names; see ``_LIST_KEY``)."""
     import pyarrow as pa
 
     return pa.schema([("step", pa.int32()), ("tensor", pa.string()), ("phase", pa.string()),
                       ("t0", pa.float64()), ("t1", pa.float64()), ("bytes", pa.int64()),
-                      ("arrival", pa.float64())])
+                      ("arrival", pa.float64()), ("tensorL", pa.list_(pa.string()))])
 
 
-REQUIRED = ("step", "phase", "t0", "t1")   # what the events table holds NOT NULL and has no default for
+REQUIRED = ("step", "phase", "t0", "t1")
+DERIVE_PHASES = ("allreduce", "backward", "update")   # the events the per-step measures read
+_DERIVE_COLUMNS = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]   # what the events table holds NOT NULL and has no default for
+
+
+# a fused collective's ``tensors`` (a list of names) under a key of its own, the same length, so
+# that one parse reads it (a negotiation's ``tensors`` is a count, which the events table does not keep)
+_LIST_KEY, _LIST_KEY_PARSED = b'"tensors":[', b'"tensorL":['
 
 
 class ColumnSink:
-    """Event records into one run's Parquet file.
+    """Event records into one run's folder of Parquet parts.
 
     Two ways in: the ingestion loop's tuples (``rows``, ``run_id`` first: the same face as
-    ``sinks.RowSink``, so the loop does not know which store it fills), and whole event lines
-    (``add_lines``), which pyarrow's JSON reader parses in C++, an order of magnitude faster
-    than a Python loop. Written to a temporary name; ``commit`` puts the file in place just
-    before the run's transaction commits, ``discard`` removes it when ingestion fails."""
+    ``sinks.RowSink``, so the loop does not know which store it fills), and blocks of whole event
+    lines (``add_block``), which pyarrow's JSON reader parses in C++, an order of magnitude faster
+    than a Python loop. The events that the per-step measures read are kept per rank and folded
+    into ``stats`` when the rank ends (``end_rank``). Written to a temporary folder; ``commit``
+    puts it in place just before the run's transaction commits, ``discard`` removes it when
+    ingestion fails."""
 
-    def __init__(self, folder: Path, run_id: int, batch: int = ROW_GROUP) -> None:
+    def __init__(self, folder: Path, run_id: int, batch: int | None = None) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -109,16 +127,27 @@ class ColumnSink:
         self.path = folder / self.name
         self.tmp_path = folder / f".{self.name}.{os.getpid()}.tmp"
         _remove_dead_writers(folder, self.name)
-        self.batch = batch
+        self.batch = batch or ROW_GROUP
         self.rows: list[tuple] = []
         self.written = 0
         self._tables: list = []
         self._pending = 0
         self._writer = None
+        self._pool = None   # the writer's thread, from the first write
+        self._writes: list = []   # its writes not yet seen done
+        self._parts = 0    # part files begun
+        self._groups = 0   # row groups in the current part
+        self._derive: list = []   # this rank's events that the measures read, until end_rank
+        self._complete: list = []   # those of ranks that ended, until folded
+        self.stats = None   # a timeline.StepStats once a rank had such events (pandas loaded then only)
 
     def add_lines(self, rank: int, lines: list[bytes]) -> None:
-        """Event records, one JSON object a line, of ``rank``. TypeError names a missing or
-        mistyped field (the caller finds the line)."""
+        """Event records, one JSON object a line, of ``rank``."""
+        self.add_block(rank, b"".join(lines), len(lines))
+
+    def add_block(self, rank: int, data: bytes, count: int) -> None:
+        """``count`` event records of ``rank``, one JSON object a line, every line ending in a
+        newline. TypeError names a missing or mistyped field (the caller finds the line)."""
         import io
 
         import numpy as np
@@ -126,8 +155,9 @@ class ColumnSink:
         import pyarrow.compute as pc
         import pyarrow.json as pj
 
-        data = b"".join(lines)
         parse = pj.ParseOptions(explicit_schema=_json_schema(), unexpected_field_behavior="ignore")
+        if _LIST_KEY in data:   # inside a JSON string its quotes would be escaped: only the key matches
+            data = data.replace(_LIST_KEY, _LIST_KEY_PARSED)
         try:
             try:   # blocks parsed in parallel, on as many cores as pyarrow's pool has
                 table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=_JSON_BLOCK),
@@ -140,76 +170,164 @@ class ColumnSink:
                                      parse_options=parse)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise TypeError(str(exc).splitlines()[0]) from None
-        if table.num_rows != len(lines):
-            raise TypeError(f"{len(lines)} lines gave {table.num_rows} records")
+        if table.num_rows != count:
+            raise TypeError(f"{count} lines gave {table.num_rows} records")
         for name in REQUIRED:
             if table[name].null_count:
                 raise TypeError(f"an event without {name!r}")
         n = table.num_rows
-        fused = [None] * n   # a fused collective's tensors, joined as the table keeps them
-        for i, raw in enumerate(lines):
-            if b'"tensors":[' in raw:
-                names = _loads(raw).get("tensors")
-                fused[i] = ",".join(names) if names.__class__ is list else None
         columns = {"rank": pa.array(np.full(n, rank, dtype=np.int32)),
                    "step": table["step"], "tensor": pc.fill_null(table["tensor"], ""), "phase": table["phase"],
                    "t0": table["t0"], "t1": table["t1"], "bytes": pc.fill_null(table["bytes"], 0),
-                   "tensors": pa.array(fused, pa.string()), "arrival": table["arrival"]}
+                   "tensors": pc.binary_join(table["tensorL"], ","), "arrival": table["arrival"]}
         self._add(pa.table(columns, schema=_schema()))
 
     def flush(self) -> None:
         """The tuples so far, and everything pending, as row groups of the file."""
-        if self.rows:
-            import pyarrow as pa
-
-            columns = list(zip(*self.rows))[1:]   # less run_id
-            try:
-                table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, _schema())],
-                                             schema=_schema())
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise TypeError(str(exc).splitlines()[0]) from None
-            self.rows = []
-            self._tables.append(table)
-            self._pending += table.num_rows
+        self._rows_to_table()
         self._write()
 
-    def _add(self, table) -> None:
+    def end_rank(self) -> None:
+        """A rank's events are all in: its measures can be folded into ``stats`` (see
+        ``step_stats``), which happens once ``_FOLD_ROWS`` such events wait (pandas' cost is per
+        call: several ranks at a time, memory bounded all the same)."""
+        self._rows_to_table()
+        self._complete += self._derive
+        self._derive = []
+        if sum(t.num_rows for t in self._complete) >= _FOLD_ROWS:
+            self._fold()
+
+    def _fold(self) -> None:
+        if self._complete:
+            import pyarrow as pa
+
+            from .timeline import StepStats
+
+            self.stats = self.stats or StepStats()
+            self.stats.add(pa.concat_tables(self._complete).to_pandas())
+            self._complete = []
+
+    def step_stats(self):
+        """The run's per-step measures, folded rank by rank as the events came in: the file is
+        not read back (whole, or a window at a time) to derive them."""
+        from .timeline import StepStats
+
+        self.end_rank()
+        self._fold()
+        return (self.stats or StepStats()).result()
+
+    def _rows_to_table(self) -> None:
+        if not self.rows:
+            return
+        import pyarrow as pa
+
+        columns = list(zip(*self.rows))[1:]   # less run_id
+        try:
+            table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, _schema())],
+                                         schema=_schema())
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise TypeError(str(exc).splitlines()[0]) from None
+        self.rows = []
+        self._add(table, write=False)
+
+    def _add(self, table, write: bool = True) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         self._tables.append(table)
         self._pending += table.num_rows
-        if self._pending >= self.batch:
+        kept = table.filter(pc.is_in(table["phase"], value_set=pa.array(DERIVE_PHASES)))
+        if kept.num_rows:
+            self._derive.append(kept.select(_DERIVE_COLUMNS))
+        if write and self._pending >= self.batch:
             self._write()
 
     def _write(self) -> None:
+        """What is pending, to the writer's thread: encoding and compressing (which release the
+        GIL) run beside the next block's parse. At most two tables wait, so memory stays bounded;
+        the thread's error is raised here, or at ``close``."""
         if not self._pending:
             return
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.tmp_path, _schema(), compression="zstd",
-                                            use_dictionary=["tensor", "phase", "tensors"], write_statistics=["step"])
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
-        self._writer.write_table(table, row_group_size=self.batch)
-        self.written += table.num_rows
         self._tables, self._pending = [], 0
+        self.written += table.num_rows
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="event-file-writer")
+        self._writes.append(self._pool.submit(self._write_parts, table))
+        while len(self._writes) > 2 or (self._writes and self._writes[0].done()):
+            self._writes.pop(0).result()
+
+    def _write_parts(self, table) -> None:
+        while table.num_rows:   # a part holds GROUPS_PER_PART groups: the writer ~8 KB each until it closes
+            writer = self._part()
+            room = (GROUPS_PER_PART - self._groups) * self.batch
+            piece, table = table.slice(0, room), table.slice(room)
+            writer.write_table(piece, row_group_size=self.batch)
+            self._groups += -(-piece.num_rows // self.batch)
+            if self._groups >= GROUPS_PER_PART:
+                self._close_part()
+
+    def _part(self):
+        """The part file being written: a new one after each GROUPS_PER_PART groups."""
+        if self._writer is None:
+            import pyarrow.parquet as pq
+
+            self.tmp_path.mkdir(exist_ok=True)
+            self._writer = pq.ParquetWriter(self.tmp_path / part_name(self._parts), _schema(), compression="zstd",
+                                            use_dictionary=["tensor", "phase", "tensors"], write_statistics=["step"])
+            self._parts += 1
+            self._groups = 0
+        return self._writer
 
     def close(self) -> None:
+        """Every write done (an error in one raised here) and the last part closed."""
+        try:
+            while self._writes:
+                self._writes.pop(0).result()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+            self._writes = []
+            self._close_part()
+
+    def _close_part(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     def commit(self) -> str | None:
-        """The file in place; its name, None where no event was written."""
+        """The run's parts in place; the folder's name, None where no event was written."""
         self.close()
         if not self.written:
             self.discard()
             return None
+        _remove(self.path)   # an earlier ingestion's (a run re-run), a folder or a file of one part
         os.replace(self.tmp_path, self.path)
         return self.name
 
     def discard(self) -> None:
-        self.close()
-        self.tmp_path.unlink(missing_ok=True)
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (the ingestion has failed already: its error is the one told)
+            pass
+        finally:
+            _remove(self.tmp_path)
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _remove_dead_writers(folder: Path, name: str) -> None:
@@ -219,37 +337,50 @@ def _remove_dead_writers(folder: Path, name: str) -> None:
             pid = int(tmp.name.rsplit(".", 2)[-2])
             os.kill(pid, 0)
         except ProcessLookupError:
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
         except (ValueError, PermissionError):
             continue
 
 
 class EventFile:
-    """One run's event file, opened once: its footer (several MiB of metadata per 10^7 events,
-    held again by every fresh open, which pyarrow did not give back here) and each row group's
-    step range are read once however many windows are read from it."""
+    """One run's events, indexed once: where each row group is (which part file) and its step
+    range. A part's footer is read while its groups are, then let go: pyarrow holds ~8 KB per row
+    group of an open footer, some 70 MiB for 10^7 events kept open. A file (not a folder) is a
+    run that an earlier scalestudy ingested: one part."""
 
     def __init__(self, path: Path) -> None:
         import numpy as np
         import pyarrow.parquet as pq
 
         self.path = path
-        self._file = pq.ParquetFile(path)
-        meta = self._file.metadata
-        self.rows = int(meta.num_rows)
-        index = meta.schema.names.index("step")
-        lows, highs = np.empty(meta.num_row_groups, np.int64), np.empty(meta.num_row_groups, np.int64)
+        self.parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
+        self.rows = 0
+        lows, highs, where = [], [], []
         self._exact = True
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(index).statistics
-            if stats is None or not stats.has_min_max:   # a file another writer made: no pruning
-                lows[g], highs[g], self._exact = np.iinfo(np.int64).min, np.iinfo(np.int64).max, False
-            else:
-                lows[g], highs[g] = stats.min, stats.max
-        self._lows, self._highs = lows, highs
+        for p, part in enumerate(self.parts):
+            try:
+                with pq.ParquetFile(part) as opened:
+                    meta = opened.metadata
+            except OSError as exc:
+                raise EventFileError(f"{part}: not a readable event file ({str(exc).splitlines()[0]})") from None
+            self.rows += int(meta.num_rows)
+            index = meta.schema.names.index("step")
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(index).statistics
+                if stats is None or not stats.has_min_max:   # a file another writer made: no pruning
+                    lows.append(np.iinfo(np.int64).min)
+                    highs.append(np.iinfo(np.int64).max)
+                    self._exact = False
+                else:
+                    lows.append(stats.min)
+                    highs.append(stats.max)
+                where.append((p, g))
+            del meta
+        self._lows, self._highs = np.array(lows, np.int64), np.array(highs, np.int64)
+        self._where = where
 
     def groups(self, steps: tuple[int, int] | None) -> list[int]:
-        """The row groups that may hold steps ``first..last``, by their step statistics."""
+        """The row groups (numbered across the parts) that may hold steps ``first..last``."""
         import numpy as np
 
         if steps is None:
@@ -263,28 +394,35 @@ class EventFile:
         Some row groups at a time, filtered as they are read: memory holds what is kept (and
         ``_GROUPS_PER_READ`` groups), not what is scanned (``pyarrow.parquet.read_table(filters=...)``
         held four times as much here)."""
+        import itertools
+
         import pyarrow as pa
         import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
         names = list(columns) if columns else list(COLUMNS)
         needed = names + [c for c, used in (("phase", phases), ("step", steps is not None))
                           if used and c not in names]
         wanted = pa.array(list(phases), pa.string()) if phases else None
         parts = []
-        groups = self.groups(steps)
-        for at in range(0, len(groups), _GROUPS_PER_READ):
-            table = self._file.read_row_groups(groups[at:at + _GROUPS_PER_READ], columns=needed, use_threads=False)
-            keep = None
-            if wanted is not None:
-                keep = pc.is_in(table["phase"], value_set=wanted)
-            if steps is not None:
-                inside = pc.and_(pc.greater_equal(table["step"], int(steps[0])),
-                                 pc.less_equal(table["step"], int(steps[1])))
-                keep = inside if keep is None else pc.and_(keep, inside)
-            if keep is not None:
-                table = table.filter(keep)
-            if table.num_rows:
-                parts.append(table.select(names))
+        located = (self._where[g] for g in self.groups(steps))
+        for p, in_part in itertools.groupby(located, key=lambda pg: pg[0]):
+            groups = [g for _, g in in_part]
+            with pq.ParquetFile(self.parts[p]) as opened:
+                for at in range(0, len(groups), _GROUPS_PER_READ):
+                    table = opened.read_row_groups(groups[at:at + _GROUPS_PER_READ], columns=needed,
+                                                   use_threads=False)
+                    keep = None
+                    if wanted is not None:
+                        keep = pc.is_in(table["phase"], value_set=wanted)
+                    if steps is not None:
+                        inside = pc.and_(pc.greater_equal(table["step"], int(steps[0])),
+                                         pc.less_equal(table["step"], int(steps[1])))
+                        keep = inside if keep is None else pc.and_(keep, inside)
+                    if keep is not None:
+                        table = table.filter(keep)
+                    if table.num_rows:
+                        parts.append(table.select(names))
         if not parts:
             return _schema().empty_table().select(names).to_pandas()
         return pa.concat_tables(parts).to_pandas()
@@ -299,7 +437,7 @@ class EventFile:
         return int(self._lows.min()), int(self._highs.max())
 
     def close(self) -> None:
-        self._file.close()
+        """Nothing is held open between reads (kept for the callers' try/finally)."""
 
 
 def read(path: Path, columns: Sequence[str] | None = None, phases: Sequence[str] | None = None,

@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover
     from json import JSONDecodeError as _DecodeError
     from json import loads as _loads
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import math
 import sys
@@ -32,6 +32,7 @@ from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORT
 from . import event_files
 from .binding import audit as audit_binding
 from .failpoints import failpoint
+from .rank_files import IngestError, RankFileReader
 from .schema import Eval, Event, RankSummary, Round, Run, StepStat, utcnow
 from .sinks import RowSink
 from .slurm_energy import StepEnergy, step_energy
@@ -57,44 +58,31 @@ _EVAL_FIELDS = ("epoch", "wall", "top1", "loss", "samples_seen")
 
 
 _EVENT_COLUMNS = ("run_id", "rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
-_DERIVE_PHASES = ("allreduce", "backward", "update")  # what step_stats reads
-_BLOCK = 1 << 22
+_DERIVE_PHASES = event_files.DERIVE_PHASES  # what step_stats reads
 _DERIVE_ROWS = 2_000_000   # events per window of steps (of every phase): memory stays bounded on long, wide runs
 
 
 def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_files.ColumnSink | None = None) -> None:
-    """Per-step stats from the run's events, a window of steps at a time (plus the step
-    before each window, which the update delay needs), wherever the sink put them: the
-    run's event file (a ``ColumnSink``), else the events table. pandas is imported here, for
-    timeline runs only: a sweep's driver starts faster without it."""
+    """Per-step stats from the run's events: folded rank by rank as they were parsed where they
+    went to the run's event file (a ``ColumnSink``), else read from the events table a window of
+    steps at a time (plus the step before each window, which the update delay needs). pandas is
+    imported here, for timeline runs only: a sweep's driver starts faster without it."""
+    if isinstance(sink, event_files.ColumnSink):
+        _insert_step_stats(session, run_id, sink.step_stats())
+        return
     import pandas as pd
 
-    from . import event_files
-
     names = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]
-    opened = None
-    if isinstance(sink, event_files.ColumnSink):
-        sink.close()
-        opened = event_files.EventFile(sink.tmp_path)   # once: every window reads through it
-        lo, hi = opened.step_range()
+    cols = [getattr(Event, n) for n in names]
+    lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step))
+                             .where(Event.run_id == run_id)).one()
 
-        def window(first: int, last: int) -> pd.DataFrame:
-            return opened.read(names, _DERIVE_PHASES, (first, last))
-    else:
-        cols = [getattr(Event, n) for n in names]
-        lo, hi = session.execute(select(func.min(Event.step), func.max(Event.step))
-                                 .where(Event.run_id == run_id)).one()
-
-        def window(first: int, last: int) -> pd.DataFrame:
-            rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
-                                                       Event.step >= first, Event.step <= last)).all()
-            return pd.DataFrame([tuple(r) for r in rows], columns=names)  # tuples: see query.frame_of
-    try:
-        if lo is not None:
-            _derive_windows(session, run_id, window, lo, hi, sink)
-    finally:
-        if opened is not None:
-            opened.close()
+    def window(first: int, last: int) -> pd.DataFrame:
+        rows = session.execute(select(*cols).where(Event.run_id == run_id, Event.phase.in_(_DERIVE_PHASES),
+                                                   Event.step >= first, Event.step <= last)).all()
+        return pd.DataFrame([tuple(r) for r in rows], columns=names)  # tuples: see query.frame_of
+    if lo is not None:
+        _derive_windows(session, run_id, window, lo, hi, sink)
 
 
 def _derive_windows(session: Session, run_id: int, window, lo: int, hi: int, sink) -> None:
@@ -110,104 +98,21 @@ def _derive_windows(session: Session, run_id: int, window, lo: int, hi: int, sin
         if frame.empty:
             continue
         stats = step_stats(frame)
-        stats = stats[stats["step"] >= start]
-        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                   for r in stats.to_dict("records")]
-        for r in records:
-            r["run_id"] = run_id
-            r["step"] = int(r["step"])
-            r["collectives"] = int(r["collectives"])
-        if records:
-            session.execute(insert(StepStat), records)
+        _insert_step_stats(session, run_id, stats[stats["step"] >= start])
+
+
+def _insert_step_stats(session: Session, run_id: int, stats) -> None:
+    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+               for r in stats.to_dict("records")]
+    for r in records:
+        r["run_id"] = run_id
+        r["step"] = int(r["step"])
+        r["collectives"] = int(r["collectives"])
+    if records:
+        session.execute(insert(StepStat), records)
 
 
 log = logging.getLogger(__name__)
-
-
-class IngestError(ValueError):
-    """The metrics of a run cannot be read as the contract says."""
-
-
-class _Reader:
-    """Records of one rank file, read in blocks of lines.
-
-    Only the file's last line may be cut off (a writer killed mid-line): it is
-    skipped and noted in ``truncated``. A bad line anywhere else is an error.
-
-    ``divert``: whole lines that begin with one of ``DIVERT_PREFIXES`` (an event record as
-    ``workloads.metrics`` writes it, of a supported schema) are handed over a block at a time,
-    unparsed, instead of being yielded (``event_files.ColumnSink.add_lines`` parses them in C++).
-    Should it find one bad, the block is read again line by line to name it.
-    """
-
-    DIVERT_PREFIXES = tuple(b'{"type":"event","schema":%d,' % v for v in SUPPORTED_METRICS_SCHEMAS)
-
-    def __init__(self, path: Path, divert: Callable[[list[bytes]], None] | None = None) -> None:
-        self.path = path
-        self.truncated = False
-        self.divert = divert
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        path, loads, divert, prefixes = self.path, _loads, self.divert, self.DIVERT_PREFIXES
-        lineno = 0
-        with open(path, "rb") as fh:
-            while True:
-                block = fh.readlines(_BLOCK)
-                if not block:
-                    return
-                last_block = not fh.peek(1) if hasattr(fh, "peek") else False
-                first_lineno, diverted = lineno, []
-                for i, raw in enumerate(block):
-                    lineno += 1
-                    if divert is not None and raw.startswith(prefixes) and raw.endswith(b"\n"):
-                        diverted.append(raw)
-                        continue
-                    try:
-                        rec = loads(raw)
-                    except _DecodeError as exc:
-                        if not raw.strip():
-                            continue
-                        if last_block and i == len(block) - 1 and not raw.endswith(b"\n"):
-                            self.truncated = True   # the block's whole lines are still handed over
-                            break
-                        raise IngestError(f"{path}:{lineno}: not valid JSON ({str(exc).split(':')[0]})") from None
-                    if not isinstance(rec, dict):
-                        raise IngestError(f"{path}:{lineno}: not a JSON object")
-                    if rec.get("schema") not in SUPPORTED_METRICS_SCHEMAS:
-                        raise IngestError(
-                            f"{path}:{lineno}: metrics schema {rec.get('schema')!r} is not supported "
-                            f"(this scalestudy reads {', '.join(map(str, SUPPORTED_METRICS_SCHEMAS))}); upgrade scalestudy")
-                    yield rec
-                if diverted:
-                    try:
-                        divert(diverted)
-                    except TypeError as exc:
-                        raise IngestError(self._bad_event(block, first_lineno, exc)) from None
-                if self.truncated:
-                    return
-
-    def _bad_event(self, block: list[bytes], first_lineno: int, exc: TypeError) -> str:
-        """The first diverted line of ``block`` that is not a whole event record, by number."""
-        from .event_files import REQUIRED
-
-        for j, raw in enumerate(block, start=first_lineno + 1):
-            if not raw.startswith(self.DIVERT_PREFIXES):
-                continue
-            try:
-                rec = _loads(raw)
-            except _DecodeError as err:
-                return f"{self.path}:{j}: not valid JSON ({str(err).split(':')[0]})"
-            missing = [k for k in (*REQUIRED, "tensor") if not _event_field_ok(k, rec.get(k))]
-            if missing:
-                return (f"{self.path}:{j}: a record lacks or mistypes a field the metrics contract needs "
-                        f"({', '.join(missing)})")
-        return f"{self.path}: an event record the metrics contract cannot read ({exc})"
-
-
-def _event_field_ok(name: str, value: Any) -> bool:
-    if name in ("phase", "tensor"):
-        return isinstance(value, str) or (name == "tensor" and value is None)
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and (name != "step" or value == int(value))
 
 
 def _read_result(run_dir: Path) -> dict[str, Any]:
@@ -354,9 +259,9 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
     end: dict[str, Any] = {}
     divert = None
     if isinstance(events, event_files.ColumnSink):
-        def divert(lines: list[bytes]) -> None:
-            events.add_lines(rank, lines)
-    reader = _Reader(path, divert)
+        def divert(data: bytes, count: int) -> None:
+            events.add_block(rank, data, count)
+    reader = RankFileReader(path, divert)
     event_rows, step_rows = events.rows, steps.rows
     for rec in reader:
         kind = rec["type"]
@@ -382,6 +287,8 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
             start = rec
         elif kind == "run_end":
             end = rec
+    if isinstance(events, event_files.ColumnSink):
+        events.end_rank()
     if reader.truncated:
         totals.truncated.append(path.name)
     host = totals.add_rank(start)

@@ -24,39 +24,90 @@ def _overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> 
 
 def step_stats(events: pd.DataFrame) -> pd.DataFrame:
     """``events``: rank, step, tensor, phase, t0, t1, arrival (one run). One row per step."""
-    if events.empty:
-        return pd.DataFrame(columns=STAT_COLUMNS)
-    coll = events[events["phase"] == "allreduce"]
-    steps = pd.DataFrame({"step": sorted(events["step"].unique())}).set_index("step")
+    stats = StepStats()
+    stats.add(events)
+    return stats.result()
 
-    if not coll.empty:
-        per_rank = coll.assign(d=coll["t1"] - coll["t0"]).groupby(["step", "rank"])["d"].sum()
-        steps["allreduce_seconds"] = per_rank.groupby("step").mean()
-        steps["collectives"] = coll.groupby(["step", "rank"]).size().groupby("step").max()
-        arrival = coll.groupby(["step", "tensor"])["arrival"]
-        spread = arrival.max() - arrival.min()
-        steps["arrival_skew_max"] = spread.groupby("step").max()
-        steps["arrival_skew_mean"] = spread.groupby("step").mean()
 
-        backward = events[events["phase"] == "backward"][["rank", "step", "t0", "t1"]]
-        joined = coll.merge(backward, on=["rank", "step"], suffixes=("", "_bwd"))
-        if not joined.empty:
-            hidden = _overlap(joined["t0"].to_numpy(), joined["t1"].to_numpy(),
-                              joined["t0_bwd"].to_numpy(), joined["t1_bwd"].to_numpy())
-            joined = joined.assign(hidden=hidden, d=joined["t1"] - joined["t0"])
-            sums = joined.groupby(["step", "rank"])[["hidden", "d"]].sum()
-            frac = (sums["hidden"] / sums["d"].where(sums["d"] > 0)).groupby("step").mean()
-            steps["hidden_fraction"] = frac
+class StepStats:
+    """The per-step measures, folded over chunks of a run's events.
 
-    updates = events[events["phase"] == "update"].sort_values(["rank", "step"])
-    if not updates.empty:
-        gap = updates["t0"] - updates.groupby("rank")["t1"].shift(1)
-        steps["update_delay"] = updates.assign(gap=gap).groupby("step")["gap"].mean()
+    Why: ingestion sees a run one rank at a time; folding each rank's events as they are parsed
+    saves reading the whole timeline back (and holding it), and keeps memory to a few numbers
+    per step whatever the ranks. A chunk must hold all the events of each (rank, step) in it, and
+    a rank's previous update where its update delay is wanted: a rank's whole timeline, or a
+    window of steps of every rank (whose first step is then partial and dropped by the caller).
 
-    steps = steps.reset_index()
-    for col in STAT_COLUMNS:
-        if col not in steps:
-            steps[col] = np.nan
-    steps["collectives"] = steps["collectives"].fillna(0).astype(int)
-    steps["allreduce_seconds"] = steps["allreduce_seconds"].fillna(0.0)
-    return steps[STAT_COLUMNS]
+    Every measure is a mean, max or min over ranks (or fused buffers) of what each rank's own
+    events give, kept as sums, counts and extremes per step, so chunks fold in any order."""
+
+    def __init__(self) -> None:
+        self._steps: pd.Index = pd.Index([], dtype="int64")
+        self._sums = pd.DataFrame(dtype="float64")      # step -> sums and counts of the means
+        self._collectives = pd.Series(dtype="float64")  # step -> most fused collectives on a rank
+        self._arrival = pd.DataFrame(dtype="float64")   # (step, tensor) -> min, max arrival
+        self._any_allreduce = False
+
+    def add(self, events: pd.DataFrame) -> None:
+        if events.empty:
+            return
+        self._steps = self._steps.union(pd.Index(events["step"].unique()).astype("int64"))
+        sums: dict[str, pd.Series] = {}
+        coll = events[events["phase"] == "allreduce"]
+        if not coll.empty:
+            self._any_allreduce = True
+            per_rank = coll.assign(d=coll["t1"] - coll["t0"]).groupby(["step", "rank"])["d"].sum()
+            sums["allreduce_sum"] = per_rank.groupby("step").sum()
+            sums["allreduce_n"] = per_rank.groupby("step").count()
+            count = coll.groupby(["step", "rank"]).size().groupby("step").max().astype("float64")
+            self._collectives = pd.concat([self._collectives, count]).groupby(level=0).max()
+            arrival = coll.groupby(["step", "tensor"])["arrival"].agg(["min", "max"])
+            self._arrival = arrival if self._arrival.empty else \
+                pd.concat([self._arrival, arrival]).groupby(level=[0, 1]).agg({"min": "min", "max": "max"})
+
+            backward = events[events["phase"] == "backward"][["rank", "step", "t0", "t1"]]
+            joined = coll.merge(backward, on=["rank", "step"], suffixes=("", "_bwd"))
+            if not joined.empty:
+                hidden = _overlap(joined["t0"].to_numpy(), joined["t1"].to_numpy(),
+                                  joined["t0_bwd"].to_numpy(), joined["t1_bwd"].to_numpy())
+                joined = joined.assign(hidden=hidden, d=joined["t1"] - joined["t0"])
+                per = joined.groupby(["step", "rank"])[["hidden", "d"]].sum()
+                frac = per["hidden"] / per["d"].where(per["d"] > 0)
+                sums["hidden_sum"] = frac.groupby("step").sum()
+                sums["hidden_n"] = frac.groupby("step").count()
+
+        updates = events[events["phase"] == "update"].sort_values(["rank", "step"], kind="stable")
+        if not updates.empty:
+            gap = updates["t0"] - updates.groupby("rank")["t1"].shift(1)
+            gaps = updates.assign(gap=gap).groupby("step")["gap"]
+            sums["update_sum"], sums["update_n"] = gaps.sum(), gaps.count()
+        if sums:
+            chunk = pd.DataFrame(sums).astype("float64")
+            self._sums = chunk if self._sums.empty else self._sums.add(chunk, fill_value=0.0)
+
+    def result(self) -> pd.DataFrame:
+        if not len(self._steps):
+            return pd.DataFrame(columns=STAT_COLUMNS)
+        steps = pd.DataFrame(index=self._steps.rename("step"))
+
+        def mean(name: str) -> pd.Series:
+            if name + "_sum" not in self._sums:
+                return pd.Series(np.nan, index=steps.index)
+            n = self._sums[name + "_n"]
+            return (self._sums[name + "_sum"] / n.where(n > 0)).reindex(steps.index)
+
+        if self._any_allreduce:
+            steps["allreduce_seconds"] = mean("allreduce")
+            steps["collectives"] = self._collectives.reindex(steps.index)
+            spread = (self._arrival["max"] - self._arrival["min"]).groupby(level=0)
+            steps["arrival_skew_max"] = spread.max().reindex(steps.index)
+            steps["arrival_skew_mean"] = spread.mean().reindex(steps.index)
+            steps["hidden_fraction"] = mean("hidden")
+        steps["update_delay"] = mean("update")
+        steps = steps.reset_index()
+        for col in STAT_COLUMNS:
+            if col not in steps:
+                steps[col] = np.nan
+        steps["collectives"] = steps["collectives"].fillna(0).astype(int)
+        steps["allreduce_seconds"] = steps["allreduce_seconds"].fillna(0.0)
+        return steps[STAT_COLUMNS]

@@ -17,6 +17,7 @@ import pytest
 
 from results_db import connect, event_files, ingest, query
 from results_db.ingest import IngestError, ingest_run
+from results_db.rank_files import RankFileReader
 from results_db.runs import PlannedRun, register_runs
 from results_db.timeline import step_stats
 from workloads.spec import RunSpec
@@ -72,12 +73,12 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
     assert proc.returncode == 0, proc.stderr
     lines = (run_dir / "metrics" / "rank-0.jsonl").read_bytes().splitlines()
     events = [raw for raw in lines if b'"type":"event"' in raw]
-    assert events and all(raw.startswith(ingest._Reader.DIVERT_PREFIXES) for raw in events)
+    assert events and all(raw.startswith(RankFileReader.DIVERT_PREFIXES) for raw in events)
 
     file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
     table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
     [name] = query.runs(file_engine, run_ids=[file_id], columns=["events_file"])["events_file"]
-    assert name == f"run-{file_id}.parquet" and (tmp_path / "f.db.events" / name).is_file()
+    assert name == f"run-{file_id}.parquet" and (tmp_path / "f.db.events" / name / "part-00000.parquet").is_file()
     assert query.runs(table_engine, run_ids=[table_id], columns=["events_file"])["events_file"].isna().all()
     with file_engine.connect() as conn:   # nothing went into the table
         from sqlalchemy import text
@@ -113,11 +114,11 @@ def test_the_folder_is_the_variables_or_beside_the_database_and_postgresql_witho
 
     monkeypatch.setenv(event_files.EVENTS_DIR_ENV, str(tmp_path / "shared-events"))
     pg2, pg2_id = _ingest(postgres_url, run_dir, key="k2")
-    assert (tmp_path / "shared-events" / f"run-{pg2_id}.parquet").is_file()
+    assert (tmp_path / "shared-events" / f"run-{pg2_id}.parquet").is_dir()
     _same(pg2, pg2_id, pg, pg_id)
 
     sqlite, sqlite_id = _ingest(f"sqlite:///{tmp_path / 's.db'}", run_dir)
-    assert (tmp_path / "shared-events" / f"run-{sqlite_id}.parquet").is_file()   # the variable wins
+    assert (tmp_path / "shared-events" / f"run-{sqlite_id}.parquet").is_dir()   # the variable wins
     assert not (tmp_path / "s.db.events").exists()
 
 
@@ -133,7 +134,7 @@ def test_a_database_moved_with_its_folder_reads_and_a_lost_file_is_said_in_one_l
     shutil.move(tmp_path / "a.db.events", moved / "b.db.events")
     engine = connect(f"sqlite:///{moved / 'b.db'}")
     assert len(query.events(engine, [run_id])) == 2 * 6 * (4 + 5 + 1)
-    os.remove(moved / "b.db.events" / f"run-{run_id}.parquet")
+    shutil.rmtree(moved / "b.db.events" / f"run-{run_id}.parquet")
     with pytest.raises(event_files.EventFileError, match=f"run {run_id}: its timeline file .* is missing"):
         query.events(engine, [run_id])
 
@@ -180,7 +181,7 @@ def test_a_run_cut_off_mid_event_keeps_every_whole_event(tmp_path, monkeypatch):
 
 
 def test_a_killed_ingestions_temporary_file_is_removed_by_the_next_and_a_live_ones_is_not(tmp_path, monkeypatch):
-    """An ingestion killed mid-write (SIGKILL: no ``discard``) leaves ``.run-N.parquet.PID.tmp``;
+    """An ingestion killed mid-write (SIGKILL: no ``discard``) leaves ``.run-N.parquet.PID.tmp/``;
     the next ingestion of that run removes it when PID is gone, and leaves a live writer's alone."""
     import subprocess
 
@@ -199,10 +200,11 @@ def test_a_killed_ingestions_temporary_file_is_removed_by_the_next_and_a_live_on
         live_tmp = folder / f".run-{d.run_id}.parquet.{live.pid}.tmp"
         other_run = folder / f".run-{d.run_id + 1}.parquet.{int(gone.stdout)}.tmp"
         for p in (dead_tmp, live_tmp, other_run):
-            p.write_bytes(b"half a file")
+            p.mkdir()
+            (p / event_files.part_name(0)).write_bytes(b"half a file")
         ingest_run(engine, d.run_id, run_dir)
         assert not dead_tmp.exists() and live_tmp.exists() and other_run.exists()
-        assert (folder / f"run-{d.run_id}.parquet").is_file()
+        assert (folder / f"run-{d.run_id}.parquet" / event_files.part_name(0)).is_file()
     finally:
         live.kill()
         live.wait()
@@ -258,7 +260,7 @@ def test_a_lost_file_is_one_error_line_from_the_timeline_command(tmp_path, monke
     make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
     engine, run_id = _ingest(f"sqlite:///{tmp_path / 'l.db'}", run_dir)
     engine.dispose()
-    os.remove(tmp_path / "l.db.events" / f"run-{run_id}.parquet")
+    shutil.rmtree(tmp_path / "l.db.events" / f"run-{run_id}.parquet")
     proc = scalestudy("timeline", str(run_id), "--db", f"sqlite:///{tmp_path / 'l.db'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "is missing" in proc.stderr and "Traceback" not in proc.stderr
@@ -282,3 +284,46 @@ def test_an_events_folder_that_cannot_be_made_fails_the_ingestion_in_one_line_an
     again = scalestudy("ingest", str(run_dir), "--db", db, cwd=tmp_path, env={event_files.EVENTS_DIR_ENV: str(tmp_path / "ev")})
     assert again.returncode == 0, again.stdout + again.stderr
     assert len(list((tmp_path / "ev").glob("run-*.parquet"))) == 1
+
+
+def test_a_run_in_many_part_files_reads_as_the_table_does(tmp_path, monkeypatch):
+    """Row groups of 40 events, a part file per 3 of them: every reader (windows across parts
+    included) returns what the events table returns, and no part holds more than 3 groups."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    monkeypatch.setattr(event_files, "ROW_GROUP", 40)
+    monkeypatch.setattr(event_files, "GROUPS_PER_PART", 3)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=3, steps=30, events_per_step=25)
+    file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
+    table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
+    parts = sorted((tmp_path / "f.db.events" / f"run-{file_id}.parquet").glob("part-*.parquet"))
+    assert len(parts) > 10
+    assert all(pq.ParquetFile(p).metadata.num_row_groups <= 3 for p in parts)
+    _same(file_engine, file_id, table_engine, table_id)
+
+
+def test_a_run_kept_as_one_file_by_an_earlier_version_still_reads_and_a_reingestion_replaces_it(tmp_path, monkeypatch):
+    """Before part files a run's events were one file, ``run-N.parquet``: it reads as before;
+    writing the run's events again (a re-run's ingestion) puts the folder of parts in its place."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=10, events_per_step=5)
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'o.db'}", run_dir)
+    expected = query.events(engine, [run_id])
+    folder = tmp_path / "o.db.events" / f"run-{run_id}.parquet"
+    whole = pq.read_table(folder)
+    shutil.rmtree(folder)
+    pq.write_table(whole, folder, row_group_size=17)   # the earlier layout: one file by that name
+    pd.testing.assert_frame_equal(query.events(engine, [run_id]), expected)
+    pd.testing.assert_frame_equal(query.events(engine, [run_id], steps=(3, 4)),
+                                  expected[expected["step"].between(3, 4)].reset_index(drop=True))
+    sink = event_files.ColumnSink(folder.parent, run_id)   # the run's events written again (a re-run)
+    sink.add_lines(1, (run_dir / "metrics" / "rank-1.jsonl").read_bytes().splitlines(keepends=True)[2:5])
+    sink.flush()
+    assert sink.commit() == folder.name
+    assert folder.is_dir() and (folder / event_files.part_name(0)).is_file()
+    assert query.events(engine, [run_id])["rank"].tolist() == [1, 1, 1]

@@ -113,3 +113,67 @@ def test_default_fusion_fuses_and_allreduce_overlaps_backprop(tmp_path):
     _, unfused = _run_timeline(tmp_path / "unfused", fusion_threshold_mb=1e-6)
     per_step_unfused = [sum(e["phase"] == "allreduce" for e in unfused if e["step"] == s) for s in range(4)]
     assert per_step_unfused == [n_params] * 4
+
+
+def _reference_step_stats(events: pd.DataFrame) -> pd.DataFrame:
+    """The measures computed in one pass over the whole frame (the implementation before
+    StepStats folded them rank by rank): the independent computation the fold is checked against."""
+    from results_db.timeline import STAT_COLUMNS, _overlap
+
+    coll = events[events["phase"] == "allreduce"]
+    steps = pd.DataFrame({"step": sorted(events["step"].unique())}).set_index("step")
+    per_rank = coll.assign(d=coll["t1"] - coll["t0"]).groupby(["step", "rank"])["d"].sum()
+    steps["allreduce_seconds"] = per_rank.groupby("step").mean()
+    steps["collectives"] = coll.groupby(["step", "rank"]).size().groupby("step").max()
+    spread = coll.groupby(["step", "tensor"])["arrival"].max() - coll.groupby(["step", "tensor"])["arrival"].min()
+    steps["arrival_skew_max"] = spread.groupby("step").max()
+    steps["arrival_skew_mean"] = spread.groupby("step").mean()
+    joined = coll.merge(events[events["phase"] == "backward"][["rank", "step", "t0", "t1"]], on=["rank", "step"],
+                        suffixes=("", "_bwd"))
+    hidden = _overlap(joined["t0"].to_numpy(), joined["t1"].to_numpy(), joined["t0_bwd"].to_numpy(),
+                      joined["t1_bwd"].to_numpy())
+    sums = joined.assign(hidden=hidden, d=joined["t1"] - joined["t0"]).groupby(["step", "rank"])[["hidden", "d"]].sum()
+    steps["hidden_fraction"] = (sums["hidden"] / sums["d"].where(sums["d"] > 0)).groupby("step").mean()
+    updates = events[events["phase"] == "update"].sort_values(["rank", "step"])
+    gap = updates["t0"] - updates.groupby("rank")["t1"].shift(1)
+    steps["update_delay"] = updates.assign(gap=gap).groupby("step")["gap"].mean()
+    steps = steps.reset_index()
+    steps["collectives"] = steps["collectives"].fillna(0).astype(int)
+    steps["allreduce_seconds"] = steps["allreduce_seconds"].fillna(0.0)
+    return steps[STAT_COLUMNS]
+
+
+def test_the_measures_folded_rank_by_rank_equal_one_pass_over_the_whole_run():
+    """Ingestion folds each rank's events into StepStats as it parses them; in any rank order
+    the result is the one-pass computation's (random timelines: ranks that skip a step's
+    collectives, buffers with no arrival, a zero-length collective)."""
+    from results_db.timeline import StepStats
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for rank in range(6):
+        t = 0.0
+        for step in range(25):
+            rows.append(_ev(rank, step, "backward", t, t + rng.uniform(0.5, 1.0)))
+            if not (rank == 3 and step % 4 == 0):
+                for b in range(int(rng.integers(1, 4))):
+                    a = t + rng.uniform(0.2, 1.2)
+                    rows.append(_ev(rank, step, "allreduce", a, a + (0 if (rank, step, b) == (1, 5, 0) else rng.uniform(0, 0.3)),
+                                    f"fused-{b}", arrival=None if (step, b) == (7, 1) else a - rng.uniform(0, 0.1)))
+            rows.append(_ev(rank, step, "grad_ready", t + 0.3, t + 0.3, "layer.weight"))
+            rows.append(_ev(rank, step, "update", t + 1.5, t + 1.6))
+            t += 2.0 + rng.uniform(0, 0.2)
+    events = pd.DataFrame(rows)
+    reference = _reference_step_stats(events)
+    assert reference["hidden_fraction"].notna().any() and reference["arrival_skew_max"].notna().any()
+    for order in ([0, 1, 2, 3, 4, 5], [5, 2, 0, 4, 1, 3]):
+        folded = StepStats()
+        for rank in order:
+            folded.add(events[events["rank"] == rank])
+        pd.testing.assert_frame_equal(folded.result(), reference, check_dtype=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(step_stats(events), reference, check_dtype=False, rtol=1e-12)
+    control = StepStats()   # the check can fail: a rank left out changes the measures
+    for rank in range(5):
+        control.add(events[events["rank"] == rank])
+    with pytest.raises(AssertionError):
+        pd.testing.assert_frame_equal(control.result(), reference, check_dtype=False, rtol=1e-12)

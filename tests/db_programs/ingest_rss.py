@@ -1,6 +1,9 @@
 """Ingest one run directory into a fresh database and print the process's peak RSS (MiB).
 
-    python ingest_rss.py RUN_DIR DB_URL
+    python ingest_rss.py RUN_DIR DB_URL [ROW_GROUP GROUPS_PER_PART]
+
+With the last two, the run's event file is written in row groups of ROW_GROUP events, a part
+file per GROUPS_PER_PART of them (many small groups: what a long run's file holds, in small).
 """
 
 import resource
@@ -12,7 +15,11 @@ from results_db.ingest import ingest_run
 from results_db.runs import PlannedRun, register_runs
 from workloads.spec import RunSpec
 
+from results_db import event_files
+
 run_dir, url = sys.argv[1], sys.argv[2]
+if len(sys.argv) > 3:
+    event_files.ROW_GROUP, event_files.GROUPS_PER_PART = int(sys.argv[3]), int(sys.argv[4])
 engine = connect(url)
 [d] = register_runs(engine, "rss", [PlannedRun("k", RunSpec.load(f"{run_dir}/spec.json").to_dict(), run_dir)])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
