@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _peak_mib() -> float:
+    """Peak RSS of this process (VmHWM: ru_maxrss would keep a larger parent's across exec)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def child(run_dir: str, db: str, mode: str, window: int) -> None:
@@ -49,11 +56,11 @@ def child(run_dir: str, db: str, mode: str, window: int) -> None:
 
     engine = connect(f"sqlite:///{db}")
     [d] = register_runs(engine, "bench", [PlannedRun("k", RunSpec.load(f"{run_dir}/spec.json").to_dict(), run_dir)])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    before = _peak_mib()
     t0 = time.perf_counter()
     ingest_run(engine, d.run_id, run_dir, events_table=(mode == "table"))
     ingest = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_mib()
     t0 = time.perf_counter()
     frame = query.events(engine, [d.run_id], steps=(window, window + 1))
     read = time.perf_counter() - t0

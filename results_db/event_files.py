@@ -28,7 +28,6 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from orjson import loads as _loads
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
@@ -96,9 +95,9 @@ def _json_schema():
                       ("arrival", pa.float64()), ("tensorL", pa.list_(pa.string()))])
 
 
-REQUIRED = ("step", "phase", "t0", "t1")
+REQUIRED = ("step", "phase", "t0", "t1")   # what the events table holds NOT NULL and has no default for
 DERIVE_PHASES = ("allreduce", "backward", "update")   # the events the per-step measures read
-_DERIVE_COLUMNS = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]   # what the events table holds NOT NULL and has no default for
+_DERIVE_COLUMNS = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]   # the columns they read
 
 
 # a fused collective's ``tensors`` (a list of names) under a key of its own, the same length, so
@@ -138,6 +137,8 @@ class ColumnSink:
         self._parts = 0    # part files begun
         self._groups = 0   # row groups in the current part
         self._derive: list = []   # this rank's events that the measures read, until end_rank
+        self._derive_rows = 0
+        self._cut = None   # this rank's steps before it are folded (a long rank, folded as it goes)
         self._complete: list = []   # those of ranks that ended, until folded
         self.stats = None   # a timeline.StepStats once a rank had such events (pandas loaded then only)
 
@@ -193,7 +194,7 @@ class ColumnSink:
         call: several ranks at a time, memory bounded all the same)."""
         self._rows_to_table()
         self._complete += self._derive
-        self._derive = []
+        self._derive, self._derive_rows, self._cut = [], 0, None
         if sum(t.num_rows for t in self._complete) >= _FOLD_ROWS:
             self._fold()
 
@@ -206,6 +207,40 @@ class ColumnSink:
             self.stats = self.stats or StepStats()
             self.stats.add(pa.concat_tables(self._complete).to_pandas())
             self._complete = []
+
+    def _fold_rank_head(self) -> None:
+        """A long rank's steps before the last one it reached, folded now: memory bounded by
+        ``_FOLD_ROWS`` however many steps a rank runs (a 10^5-step run of one rank held them all).
+        Needs the rank's events in step order, as MetricsWriter writes them (a step's events at its
+        end); the rank's last update before the cut stays, so the next update's delay has its
+        predecessor (alone in the next fold, it adds a step already known and no delay)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = pa.concat_tables(self._derive)
+        steps = table["step"].to_numpy()
+        back = np.flatnonzero(steps[1:] < steps[:-1])
+        if back.size:
+            self._out_of_order(int(steps[back[0] + 1]), int(steps[back[0]]))
+        cut = int(steps[-1])
+        head_rows = int(np.searchsorted(steps, cut, side="left"))
+        if not head_rows:   # all of one step so far
+            return
+        head, tail = table.slice(0, head_rows), table.slice(head_rows)
+        updates = np.flatnonzero(pc.equal(head["phase"], "update").to_numpy(zero_copy_only=False))
+        if updates.size:
+            tail = pa.concat_tables([head.slice(int(updates[-1]), 1), tail])
+        self._complete.append(head)
+        self._fold()
+        self._derive, self._derive_rows, self._cut = [tail], tail.num_rows, cut
+
+    def _out_of_order(self, step: int, after: int) -> None:
+        from .rank_files import IngestError
+
+        raise IngestError(f"a rank's events of step {step} came after those of step {after}: the per-step "
+                          "measures are folded as a rank's events arrive, which needs them in step order "
+                          "(as MetricsWriter.event writes them, each step's at its end)")
 
     def step_stats(self):
         """The run's per-step measures, folded rank by rank as the events came in: the file is
@@ -238,7 +273,12 @@ class ColumnSink:
         self._pending += table.num_rows
         kept = table.filter(pc.is_in(table["phase"], value_set=pa.array(DERIVE_PHASES)))
         if kept.num_rows:
+            if self._cut is not None and pc.min(kept["step"]).as_py() < self._cut:
+                self._out_of_order(pc.min(kept["step"]).as_py(), self._cut)
             self._derive.append(kept.select(_DERIVE_COLUMNS))
+            self._derive_rows += kept.num_rows
+            if self._derive_rows >= _FOLD_ROWS:
+                self._fold_rank_head()
         if write and self._pending >= self.batch:
             self._write()
 
@@ -344,9 +384,10 @@ def _remove_dead_writers(folder: Path, name: str) -> None:
 
 class EventFile:
     """One run's events, indexed once: where each row group is (which part file) and its step
-    range. A part's footer is read while its groups are, then let go: pyarrow holds ~8 KB per row
-    group of an open footer, some 70 MiB for 10^7 events kept open. A file (not a folder) is a
-    run that an earlier scalestudy ingested: one part."""
+    range. A part's footer is read while its groups are, then let go: held open, every part's
+    footer would grow with the run as the writer's did (~8 KB a group measured there, some 70 MiB
+    for the 9,000 groups of a 256-rank ResNet-50 run). A file (not a folder) is a run that an
+    earlier scalestudy ingested: one part."""
 
     def __init__(self, path: Path) -> None:
         import numpy as np
@@ -354,6 +395,8 @@ class EventFile:
 
         self.path = path
         self.parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
+        if not self.parts:   # emptied by hand, or a copy that left the files behind
+            raise EventFileError(f"{path}: a run's events folder without its part files (part-*.parquet)")
         self.rows = 0
         lows, highs, where = [], [], []
         self._exact = True

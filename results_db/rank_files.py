@@ -134,6 +134,8 @@ class RankFileReader:
                     self.divert(self._without(data, starts, ends, others), count)
                 except TypeError as exc:
                     raise IngestError(self._bad_event(io.BytesIO(data).readlines(), lineno, exc)) from None
+                except IngestError as exc:   # what the sink found across lines: the file named
+                    raise IngestError(f"{self.path}: {exc}") from None
             lineno += lines
             if self.truncated:
                 return

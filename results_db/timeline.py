@@ -88,7 +88,7 @@ class StepStats:
     def result(self) -> pd.DataFrame:
         if not len(self._steps):
             return pd.DataFrame(columns=STAT_COLUMNS)
-        steps = pd.DataFrame(index=self._steps.rename("step"))
+        steps = pd.DataFrame(index=self._steps.sort_values().rename("step"))   # a chunk may be unordered
 
         def mean(name: str) -> pd.Series:
             if name + "_sum" not in self._sums:

@@ -327,3 +327,64 @@ def test_a_run_kept_as_one_file_by_an_earlier_version_still_reads_and_a_reingest
     assert sink.commit() == folder.name
     assert folder.is_dir() and (folder / event_files.part_name(0)).is_file()
     assert query.events(engine, [run_id])["rank"].tolist() == [1, 1, 1]
+
+
+def test_event_lines_are_found_as_a_line_by_line_reading_finds_them():
+    """``split_lines`` (numpy over a block) against bytes' own line splitting: blank lines,
+    lines shorter than the prefix, the prefix alone, an event line in another form, and a last
+    line without its newline (never diverted: it may be cut off)."""
+    import random
+
+    from results_db.rank_files import split_lines
+
+    prefixes = RankFileReader.DIVERT_PREFIXES
+    shapes = [prefixes[0] + b'"step":1,"phase":"x","t0":1,"t1":2}\n', b"\n", b"{}\n", prefixes[0] + b"\n",
+              b'{"type": "event", "schema": 1}\n', b'{"type":"step","schema":1,"step":3}\n', b"x\n"]
+    rng = random.Random(3)
+    for trial in range(200):
+        lines = [rng.choice(shapes) for _ in range(rng.randint(1, 30))]
+        if trial % 3 == 0:
+            lines[-1] = lines[-1].rstrip(b"\n")
+        data = b"".join(lines)
+        starts, ends, diverted = split_lines(data, prefixes)
+        import io
+        expected = io.BytesIO(data).readlines()
+        assert [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())] == expected
+        assert diverted.tolist() == [raw.startswith(prefixes) and raw.endswith(b"\n") for raw in expected]
+
+
+def test_a_bad_line_early_in_a_long_file_is_named_and_the_read_ahead_thread_ends(tmp_path, monkeypatch):
+    """The reader reads blocks ahead in a thread: a bad event line in the first of many blocks
+    is named by file and line, and the thread stops instead of reading the rest (or hanging)."""
+    import threading
+
+    from results_db import rank_files
+
+    monkeypatch.setattr(rank_files, "BLOCK", 2048)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=1, steps=60, events_per_step=25)
+    path = run_dir / "metrics" / "rank-0.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = next(i for i, raw in enumerate(lines) if raw.startswith(RankFileReader.DIVERT_PREFIXES))
+    lines[bad] = lines[bad].replace(b'"t0":', b'"t0_gone":')
+    path.write_bytes(b"".join(lines))
+    assert path.stat().st_size > 50 * 2048
+    engine = connect(f"sqlite:///{tmp_path / 'b.db'}")
+    [d] = register_runs(engine, "ev", [PlannedRun("k", {**RunSpec.load(run_dir / "spec.json").to_dict(),
+                                                         "timeline": True}, str(run_dir))])
+    with pytest.raises(IngestError, match=f"rank-0.jsonl:{bad + 1}: .*t0"):
+        ingest_run(engine, d.run_id, run_dir)
+    assert not [t for t in threading.enumerate() if t.name == "rank-file-reader"]
+    assert not list((tmp_path / "b.db.events").glob(".run-*"))   # nothing half-written is left
+
+
+def test_an_emptied_events_folder_is_said_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'e.db'}", run_dir)
+    folder = tmp_path / "e.db.events" / f"run-{run_id}.parquet"
+    for part in folder.iterdir():
+        part.unlink()
+    with pytest.raises(event_files.EventFileError, match="without its part files"):
+        query.events(engine, [run_id])
