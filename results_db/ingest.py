@@ -257,11 +257,12 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
     rank = int(path.stem.split("-")[1])
     start: dict[str, Any] = {}
     end: dict[str, Any] = {}
-    divert = None
+    divert = prepare = None
     if isinstance(events, event_files.ColumnSink):
-        def divert(data: bytes, count: int) -> None:
-            events.add_block(rank, data, count)
-    reader = RankFileReader(path, divert)
+        def divert(data: Any, count: int) -> None:
+            events.add_block(rank, data, count, renamed=True)
+        prepare = event_files.rename_list_keys
+    reader = RankFileReader(path, divert, prepare)
     event_rows, step_rows = events.rows, steps.rows
     for rec in reader:
         kind = rec["type"]

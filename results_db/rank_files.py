@@ -68,19 +68,23 @@ class RankFileReader:
     ``workloads.metrics`` writes it, of a supported schema) are handed over a block at a time,
     unparsed, as the block's bytes less its other lines and their count, instead of being
     yielded (``event_files.ColumnSink.add_block`` parses them in C++). Should it find one bad,
-    the block is read again line by line to name it.
+    the block is read again line by line to name it. ``prepare``: what to do to those bytes
+    before they are handed over, in the read-ahead thread (beside the parse of the block before).
     """
 
     DIVERT_PREFIXES = tuple(b'{"type":"event","schema":%d,' % v for v in SUPPORTED_METRICS_SCHEMAS)
 
-    def __init__(self, path: Path, divert: Callable[[bytes, int], None] | None = None) -> None:
+    def __init__(self, path: Path, divert: Callable[[Any, int], None] | None = None,
+                 prepare: Callable[[bytes], Any] | None = None) -> None:
         self.path = path
         self.truncated = False
         self.divert = divert
+        self.prepare = prepare
 
     def _blocks(self) -> Iterator[tuple[bytes, bool, Any]]:
-        """The file's blocks of whole lines: each with whether it is the last, and where its
-        lines are (``split_lines``) when it holds event lines to divert, else None."""
+        """The file's blocks of whole lines: each with whether it is the last, and, when it holds
+        event lines to divert, where its lines are (``split_lines``) and the diverted lines' bytes
+        (prepared), else None."""
         with open(self.path, "rb") as fh:
             while True:
                 data = fh.read(BLOCK)
@@ -91,7 +95,11 @@ class RankFileReader:
                 last_block = not fh.peek(1)
                 split = None
                 if self.divert is not None and _EVENT_MARK in data:
-                    split = split_lines(data, self.DIVERT_PREFIXES)
+                    import numpy as np
+
+                    starts, ends, diverted = split_lines(data, self.DIVERT_PREFIXES)
+                    payload = self._without(data, starts, ends, np.flatnonzero(~diverted).tolist())
+                    split = starts, ends, diverted, (self.prepare(payload) if self.prepare else payload)
                 yield data, last_block, split
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -108,7 +116,7 @@ class RankFileReader:
             if split is not None:
                 import numpy as np
 
-                starts, ends, diverted = split
+                starts, ends, diverted, payload = split
                 others = np.flatnonzero(~diverted).tolist()
                 lines = len(ends)
                 numbered = zip(others, (data[start:end] for start, end in
@@ -131,7 +139,7 @@ class RankFileReader:
             count = lines - len(others)
             if count:
                 try:
-                    self.divert(self._without(data, starts, ends, others), count)
+                    self.divert(payload, count)
                 except TypeError as exc:
                     raise IngestError(self._bad_event(io.BytesIO(data).readlines(), lineno, exc)) from None
                 except IngestError as exc:   # what the sink found across lines: the file named
@@ -151,7 +159,8 @@ class RankFileReader:
 
     @staticmethod
     def _without(data: bytes, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> bytes:
-        """``data`` less the lines ``others`` (a few: the step records among the events)."""
+        """``data`` less the lines ``others`` (a few: the step records among the events). The
+        join copies without the GIL (faster than a numpy mask: 1 against 3 ms a 4 MiB block)."""
         if not others:
             return data
         pieces, at = [], 0

@@ -353,6 +353,29 @@ def test_event_lines_are_found_as_a_line_by_line_reading_finds_them():
         assert diverted.tolist() == [raw.startswith(prefixes) and raw.endswith(b"\n") for raw in expected]
 
 
+def test_the_fused_lists_key_is_renamed_as_bytes_replace_renames_it():
+    """``rename_list_keys`` (numpy, from each ``[``) against bytes.replace: keys at the start and
+    the end of a block, next to each other, a ``[`` before the key's length, the key in a string
+    (escaped, so never the key), lists of counts; and untouched input comes back as it was."""
+    import random
+
+    from results_db.event_files import _LIST_KEY, _LIST_KEY_PARSED, rename_list_keys
+
+    pieces = [_LIST_KEY, b'"tensors":3', b'"tensor":"a[b"', b'"x":"\\"tensors\\":[1]"', b"[", b'["a","b"]',
+              b'"tensorsX":[', b",", b"\n", b'{"type":"event"}']
+    rng = random.Random(5)
+    renamed = 0
+    for _ in range(300):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        got = rename_list_keys(data)
+        got = got if isinstance(got, bytes) else got.tobytes()
+        assert got == data.replace(_LIST_KEY, _LIST_KEY_PARSED), data
+        renamed += _LIST_KEY in data
+    assert renamed > 50   # the trials did rename
+    unchanged = b'{"step":1,"tensors":2}'
+    assert rename_list_keys(unchanged) is unchanged
+
+
 def test_a_bad_line_early_in_a_long_file_is_named_and_the_read_ahead_thread_ends(tmp_path, monkeypatch):
     """The reader reads blocks ahead in a thread: a bad event line in the first of many blocks
     is named by file and line, and the thread stops instead of reading the rest (or hanging)."""
