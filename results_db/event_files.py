@@ -39,7 +39,7 @@ COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "a
 _JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of lines parses on both cores here
 ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
 GROUPS_PER_PART = 200   # row groups per part file (10^6 events): what a writer holds stays bounded
-_FOLD_ROWS = 200_000   # events of ended ranks folded into the measures at once
+_FOLD_ROWS = 200_000   # events the measures read, folded at once: ended ranks', or a long rank's complete steps
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
@@ -109,8 +109,8 @@ def rename_list_keys(data):
     """``data`` (bytes-like: whole event lines) with each ``_LIST_KEY`` as ``_LIST_KEY_PARSED``,
     found from the rare ``[`` with numpy (bytes.replace took as long as the JSON parse: a search
     for a pattern that starts with ``"``, the commonest byte of JSON, and a copy of the block).
-    Inside a JSON string the quotes would be escaped: only the key matches. A copy only where
-    something is renamed."""
+    Inside a JSON string the quotes would be escaped: only the key matches. In place where
+    ``data`` is writable (a bytearray), else a copy, and only where something is renamed."""
     import numpy as np
 
     raw = np.frombuffer(data, np.uint8)

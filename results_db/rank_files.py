@@ -158,9 +158,10 @@ class RankFileReader:
         return rec
 
     @staticmethod
-    def _without(data: bytes, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> bytes:
-        """``data`` less the lines ``others`` (a few: the step records among the events). The
-        join copies without the GIL (faster than a numpy mask: 1 against 3 ms a 4 MiB block)."""
+    def _without(data: bytes, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> bytes | bytearray:
+        """``data`` less the lines ``others`` (a few: the step records among the events), as a
+        bytearray that ``prepare`` may change in place (no second copy of the block alive). A
+        join: faster than a numpy mask (1 against 3 ms a 4 MiB block)."""
         if not others:
             return data
         pieces, at = [], 0
@@ -168,7 +169,7 @@ class RankFileReader:
             pieces.append(data[at:start])
             at = end
         pieces.append(data[at:])
-        return b"".join(pieces)
+        return bytearray().join(pieces)
 
     def _bad_event(self, block: list[bytes], first_lineno: int, exc: TypeError) -> str:
         """The first diverted line of ``block`` that is not a whole event record, by number."""
