@@ -40,6 +40,7 @@ _JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of l
 ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
 GROUPS_PER_PART = 200   # row groups per part file (10^6 events): what a writer holds stays bounded
 _FOLD_ROWS = 200_000   # events the measures read, folded at once: ended ranks', or a long rank's complete steps
+_LATE_STEPS = 4   # a long rank's last steps seen, kept unfolded: an engine event may be drained a step late
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
@@ -135,7 +136,8 @@ class ColumnSink:
     ``sinks.RowSink``, so the loop does not know which store it fills), and blocks of whole event
     lines (``add_block``), which pyarrow's JSON reader parses in C++, an order of magnitude faster
     than a Python loop. The events that the per-step measures read are kept per rank and folded
-    into ``stats`` when the rank ends (``end_rank``). Written to a temporary folder; ``commit``
+    into ``stats`` when the rank ends (``end_rank``), or, for a long rank, its steps well behind
+    the latest as blocks come (``_fold_rank_head``). Written to a temporary folder; ``commit``
     puts it in place just before the run's transaction commits, ``discard`` removes it when
     ingestion fails."""
 
@@ -161,6 +163,7 @@ class ColumnSink:
         self._groups = 0   # row groups in the current part
         self._derive: list = []   # this rank's events that the measures read, until end_rank
         self._derive_rows = 0
+        self._fold_at = _FOLD_ROWS   # a long rank is folded when _derive_rows reaches it
         self._cut = None   # this rank's steps before it are folded (a long rank, folded as it goes)
         self._complete: list = []   # those of ranks that ended, until folded
         self.stats = None   # a timeline.StepStats once a rank had such events (pandas loaded then only)
@@ -203,7 +206,10 @@ class ColumnSink:
                    "step": table["step"], "tensor": pc.fill_null(table["tensor"], ""), "phase": table["phase"],
                    "t0": table["t0"], "t1": table["t1"], "bytes": pc.fill_null(table["bytes"], 0),
                    "tensors": pc.binary_join(table["tensorL"], ","), "arrival": table["arrival"]}
+        self._rows_to_table()   # this block's other events (yielded before it), then the block
         self._add(pa.table(columns, schema=_schema()))
+        if self._derive_rows >= self._fold_at:
+            self._fold_rank_head()
 
     def flush(self) -> None:
         """The tuples so far, and everything pending, as row groups of the file."""
@@ -216,7 +222,7 @@ class ColumnSink:
         call: several ranks at a time, memory bounded all the same)."""
         self._rows_to_table()
         self._complete += self._derive
-        self._derive, self._derive_rows, self._cut = [], 0, None
+        self._derive, self._derive_rows, self._fold_at, self._cut = [], 0, _FOLD_ROWS, None
         if sum(t.num_rows for t in self._complete) >= _FOLD_ROWS:
             self._fold()
 
@@ -231,24 +237,29 @@ class ColumnSink:
             self._complete = []
 
     def _fold_rank_head(self) -> None:
-        """A long rank's steps before the last one it reached, folded now: memory bounded by
-        ``_FOLD_ROWS`` however many steps a rank runs (a 10^5-step run of one rank held them all).
-        Needs the rank's events in step order, as MetricsWriter writes them (a step's events at its
-        end); the rank's last update before the cut stays, so the next update's delay has its
-        predecessor (alone in the next fold, it adds a step already known and no delay)."""
+        """A long rank's steps well behind the latest it reached, folded now: memory bounded by
+        ``_FOLD_ROWS`` however many steps a rank runs (a 10^5-step rank held them all). An engine
+        event may be written a step late (``workloads/train.py`` drains them after the step), so
+        the last ``_LATE_STEPS`` steps seen stay, and the window is sorted by step first. The
+        rank's last update before the cut stays too, so the next update's delay has its
+        predecessor (alone in the next fold it adds a step already known and no delay). Called
+        only after a block is in (never between a block's events and the others yielded before
+        it), so that an event is late only as the writer made it."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         table = pa.concat_tables(self._derive)
         steps = table["step"].to_numpy()
-        back = np.flatnonzero(steps[1:] < steps[:-1])
-        if back.size:
-            self._out_of_order(int(steps[back[0] + 1]), int(steps[back[0]]))
-        cut = int(steps[-1])
-        head_rows = int(np.searchsorted(steps, cut, side="left"))
-        if not head_rows:   # all of one step so far
+        if (steps[1:] < steps[:-1]).any():
+            order = np.argsort(steps, kind="stable")
+            table, steps = table.take(order), steps[order]
+        distinct = np.unique(steps)
+        if len(distinct) <= _LATE_STEPS:   # a few huge steps: wait for more
+            self._fold_at = self._derive_rows + _FOLD_ROWS
             return
+        cut = int(distinct[-_LATE_STEPS])
+        head_rows = int(np.searchsorted(steps, cut, side="left"))
         head, tail = table.slice(0, head_rows), table.slice(head_rows)
         updates = np.flatnonzero(pc.equal(head["phase"], "update").to_numpy(zero_copy_only=False))
         if updates.size:
@@ -256,13 +267,14 @@ class ColumnSink:
         self._complete.append(head)
         self._fold()
         self._derive, self._derive_rows, self._cut = [tail], tail.num_rows, cut
+        self._fold_at = tail.num_rows + _FOLD_ROWS   # not again before _FOLD_ROWS more came
 
     def _out_of_order(self, step: int, after: int) -> None:
         from .rank_files import IngestError
 
-        raise IngestError(f"a rank's events of step {step} came after those of step {after}: the per-step "
-                          "measures are folded as a rank's events arrive, which needs them in step order "
-                          "(as MetricsWriter.event writes them, each step's at its end)")
+        raise IngestError(f"a rank's events of step {step} came after its steps before {after} were folded "
+                          f"into the per-step measures (a rank's events are folded once it is {_LATE_STEPS} "
+                          "steps past them: an event may be written at most that late)")
 
     def step_stats(self):
         """The run's per-step measures, folded rank by rank as the events came in: the file is
@@ -299,8 +311,6 @@ class ColumnSink:
                 self._out_of_order(pc.min(kept["step"]).as_py(), self._cut)
             self._derive.append(kept.select(_DERIVE_COLUMNS))
             self._derive_rows += kept.num_rows
-            if self._derive_rows >= _FOLD_ROWS:
-                self._fold_rank_head()
         if write and self._pending >= self.batch:
             self._write()
 

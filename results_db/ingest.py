@@ -396,6 +396,10 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                 what = exc.orig if isinstance(exc, IntegrityError) else exc
                 raise IngestError(f"{path}: a record lacks or mistypes a field the metrics contract needs "
                                   f"({type(what).__name__}: {str(what).splitlines()[0]})") from None
+            except IngestError as exc:   # the event sink's, from a flush or a rank's end: the file named
+                if str(exc).startswith(str(path)):
+                    raise
+                raise IngestError(f"{path}: {exc}") from None
             if events.written:
                 _derive_step_stats(session, run_id, events)
             if isinstance(events, event_files.ColumnSink):

@@ -98,8 +98,11 @@ class RankFileReader:
                     import numpy as np
 
                     starts, ends, diverted = split_lines(data, self.DIVERT_PREFIXES)
-                    payload = self._without(data, starts, ends, np.flatnonzero(~diverted).tolist())
-                    split = starts, ends, diverted, (self.prepare(payload) if self.prepare else payload)
+                    payload = None   # (none diverted: event lines of another form, read one by one)
+                    if diverted.any():
+                        payload = self._without(data, starts, ends, np.flatnonzero(~diverted).tolist())
+                        payload = self.prepare(payload) if self.prepare else payload
+                    split = starts, ends, diverted, payload
                 yield data, last_block, split
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

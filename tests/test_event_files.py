@@ -63,9 +63,11 @@ def _same(file_engine, file_id, table_engine, table_id):
                                   .drop(columns="run_id"), check_dtype=False)
 
 
-def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(tmp_path):
+def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(tmp_path, monkeypatch):
     """A real 2-rank resnet20 run: its event lines take the file's fast path (they begin as the
-    workload writes them), and every reader returns what the events table returns."""
+    workload writes them), and every reader returns what the events table returns; also when
+    each rank's steps are folded as they come (small blocks and folds: the real order of the
+    engine's events, some a step late, against the fold)."""
     run_dir = tmp_path / "run"
     spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=6,
                       model="resnet20", dataset="synthetic_images", timeline=True, fusion_threshold_mb=0.2)
@@ -84,6 +86,18 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
         from sqlalchemy import text
         assert conn.execute(text("select count(*) from events")).scalar() == 0
     _same(file_engine, file_id, table_engine, table_id)
+
+    from results_db import rank_files
+    from results_db.timeline import StepStats
+
+    folds = []
+    add = StepStats.add
+    monkeypatch.setattr(StepStats, "add", lambda self, chunk: (folds.append(len(chunk)), add(self, chunk)))
+    monkeypatch.setattr(rank_files, "BLOCK", 4096)
+    monkeypatch.setattr(event_files, "_FOLD_ROWS", 20)
+    folded_engine, folded_id = _ingest(f"sqlite:///{tmp_path / 'folded.db'}", run_dir)
+    assert len(folds) > 2, folds   # folded mid-rank, not only at each rank's end
+    _same(folded_engine, folded_id, table_engine, table_id)
 
 
 def test_many_windows_and_hand_formatted_lines_give_the_same_statistics(tmp_path, monkeypatch):

@@ -179,25 +179,35 @@ def test_the_measures_folded_rank_by_rank_equal_one_pass_over_the_whole_run():
         pd.testing.assert_frame_equal(control.result(), reference, check_dtype=False, rtol=1e-12)
 
 
-def _random_timeline(ranks: int, steps: int) -> pd.DataFrame:
+def _random_timeline(ranks: int, steps: int, late: bool = False) -> pd.DataFrame:
+    """Per rank and step a backward, 1-3 fused allreduces and an update, in the order written:
+    ``late``, each step's allreduces after the next step's phases (as an engine event drained a
+    step late is written)."""
     rng = np.random.default_rng(11)
     rows = []
     for rank in range(ranks):
-        t = 0.0
+        t, waiting = 0.0, []
         for step in range(steps):
             rows.append(_ev(rank, step, "backward", t, t + rng.uniform(0.5, 1.0)))
+            mine = []
             for b in range(int(rng.integers(1, 4))):
                 a = t + rng.uniform(0.2, 1.2)
-                rows.append(_ev(rank, step, "allreduce", a, a + rng.uniform(0, 0.3), f"fused-{b}",
+                mine.append(_ev(rank, step, "allreduce", a, a + rng.uniform(0, 0.3), f"fused-{b}",
                                 arrival=a - rng.uniform(0, 0.1)))
             rows.append(_ev(rank, step, "update", t + 1.5, t + 1.6))
+            if late:
+                rows += waiting
+                waiting = mine
+            else:
+                rows += mine
             t += 2.0 + rng.uniform(0, 0.2)
+        rows += waiting
     return pd.DataFrame(rows)
 
 
 def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monkeypatch):
-    """The events through ingestion's sink, a few at a time, folding every ``fold_rows``:
-    the measures it gives and how many folds it made."""
+    """The events through ingestion's sink as JSON lines, blocks of 9, folding every
+    ``fold_rows``: the measures it gives and how many folds it made."""
     from results_db import event_files
     from results_db.timeline import StepStats
 
@@ -208,11 +218,12 @@ def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monke
     sink = event_files.ColumnSink(tmp_path / f"events-{fold_rows}", run_id=1)
     try:
         for rank, mine in events.groupby("rank", sort=True):
-            for i, e in enumerate(mine.itertuples()):
-                sink.rows.append((1, rank, e.step, e.tensor, e.phase, e.t0, e.t1, 0, None,
-                                  None if pd.isna(e.arrival) else e.arrival))
-                if i % 9 == 8:
-                    sink.flush()
+            lines = [json.dumps({"type": "event", "schema": 1, "step": int(e.step), "tensor": e.tensor,
+                                 "phase": e.phase, "t0": e.t0, "t1": e.t1, "bytes": 0,
+                                 "arrival": None if pd.isna(e.arrival) else e.arrival}).encode() + b"\n"
+                     for e in mine.itertuples()]
+            for i in range(0, len(lines), 9):
+                sink.add_lines(int(rank), lines[i:i + 9])
             sink.end_rank()
         return sink.step_stats(), len(folds)
     finally:
@@ -220,11 +231,13 @@ def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monke
         sink.discard()
 
 
-def test_a_long_rank_is_folded_as_it_goes_and_gives_the_one_pass_measures(tmp_path, monkeypatch):
-    """Memory bounded by _FOLD_ROWS however many steps a rank runs: a rank's complete steps are
-    folded before it ends, its last update carried for the next update's delay. The result is the
-    one-pass computation's whatever the fold size (and the small sizes do fold mid-rank)."""
-    events = _random_timeline(ranks=3, steps=30)
+@pytest.mark.parametrize("late", [False, True], ids=["in-order", "collectives-a-step-late"])
+def test_a_long_rank_is_folded_as_it_goes_and_gives_the_one_pass_measures(tmp_path, monkeypatch, late):
+    """Memory bounded by _FOLD_ROWS however many steps a rank runs: a rank's steps well behind the
+    latest are folded before it ends, its last update carried for the next update's delay. The
+    result is the one-pass computation's whatever the fold size (and the small sizes do fold
+    mid-rank), also when each step's collectives are written after the next step's phases."""
+    events = _random_timeline(ranks=3, steps=30, late=late)
     reference = _reference_step_stats(events)
     assert reference["update_delay"].notna().sum() >= 29
     for fold_rows in (5, 23, 10**6):
@@ -233,10 +246,10 @@ def test_a_long_rank_is_folded_as_it_goes_and_gives_the_one_pass_measures(tmp_pa
         assert folds > 3 * 3 if fold_rows < 50 else folds == 1, (fold_rows, folds)
 
 
-def test_a_rank_whose_events_go_back_a_step_is_refused_once_folded(tmp_path, monkeypatch):
-    """Folding mid-rank needs a rank's events in step order (MetricsWriter writes each step's at
-    its end); another writer's step written after later ones would be counted as two ranks: refused
-    in one line, not a wrong number. Unfolded (the whole rank fits), the same events are exact."""
+def test_a_rank_whose_events_come_steps_late_is_refused_once_folded(tmp_path, monkeypatch):
+    """An event more than _LATE_STEPS steps behind the rank's latest, after those steps were
+    folded, would be counted as a second rank of its step: refused in one line, not a wrong
+    number. Unfolded (the whole rank fits), the same events are exact."""
     from results_db.ingest import IngestError
 
     events = _random_timeline(ranks=2, steps=12)
@@ -245,5 +258,5 @@ def test_a_rank_whose_events_go_back_a_step_is_refused_once_folded(tmp_path, mon
     reference = _reference_step_stats(events)
     stats, _ = _fold_through_the_sink(tmp_path, events, 10**6, monkeypatch)
     pd.testing.assert_frame_equal(stats, reference, check_dtype=False, rtol=1e-12)
-    with pytest.raises(IngestError, match="events of step 3 came after those of step "):
+    with pytest.raises(IngestError, match="events of step 3 came after its steps before"):
         _fold_through_the_sink(tmp_path, events, 20, monkeypatch)
