@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,15 +47,42 @@ def _track_of(phase: str, tensor: str) -> str:
     return f"allreduce: {tensor}" if phase == "allreduce" else phase
 
 
-def chrome_trace(engine: Engine, run_id: int) -> dict[str, Any]:
-    """The trace of run ``run_id`` as a JSON-ready dict (``traceEvents`` and ``otherData``)."""
+def chrome_trace(engine: Engine, run_id: int, steps: tuple[int, int] | None = None,
+                 ranks: Sequence[int] | None = None) -> dict[str, Any]:
+    """The trace of run ``run_id`` as a JSON-ready dict (``traceEvents`` and ``otherData``).
+
+    ``steps=(first, last)`` (inclusive) and ``ranks`` keep a window: a 256-rank, 1,000-step run
+    holds tens of millions of events, more than a trace viewer opens, and a window of steps is
+    read from the run's event file alone (its row groups by step), not the whole run."""
     runs = query.runs(engine, run_ids=[run_id], columns=["run_id", "run_key", "study", "algorithm", "world_size"])
     if runs.empty:
         raise TraceError(f"run {run_id}: no such run")
-    events = query.events(engine, [run_id])
-    steps = query.steps(engine, [run_id])
-    if events.empty and steps.empty:
+    events = query.events(engine, [run_id], steps=steps)
+    step_rows = query.steps(engine, [run_id])
+    if steps is not None:
+        step_rows = step_rows[step_rows["step"].between(*steps)]
+    if ranks is not None:
+        events = events[events["rank"].isin(list(ranks))]
+        step_rows = step_rows[step_rows["rank"].isin(list(ranks))]
+    events, steps_in = events.reset_index(drop=True), step_rows.reset_index(drop=True)
+    if events.empty and steps_in.empty:
+        if steps is not None or ranks is not None:
+            raise TraceError(f"run {run_id}: nothing recorded in {_window(steps, ranks)}")
         raise TraceError(f"run {run_id}: no timeline and no steps recorded (run it with timeline=true)")
+    window = {"steps": list(steps) if steps is not None else "all",
+              "ranks": sorted(int(r) for r in ranks) if ranks is not None else "all"}
+    return _trace(runs.iloc[0], run_id, events, steps_in, window)
+
+
+def _window(steps: tuple[int, int] | None, ranks: Sequence[int] | None) -> str:
+    said = [f"steps {steps[0]}-{steps[1]}"] if steps is not None else []
+    if ranks is not None:
+        said.append("rank(s) " + ",".join(str(r) for r in sorted(ranks)))
+    return " of ".join(said)
+
+
+def _trace(run: pd.Series, run_id: int, events: pd.DataFrame, steps: pd.DataFrame,
+           window: dict[str, Any]) -> dict[str, Any]:
     step_end = steps["t_start"].to_numpy(dtype=float) + _step_seconds(steps) if not steps.empty else np.array([])
     starts = [a.min() for a in (events["t0"].to_numpy(dtype=float), steps["t_start"].to_numpy(dtype=float)) if a.size]
     origin = float(min(starts))
@@ -98,16 +125,18 @@ def chrome_trace(engine: Engine, run_id: int) -> dict[str, Any]:
                  {"name": "thread_name", "ph": "M", "pid": rank, "tid": STEP_TRACK, "args": {"name": "step"}}]
     for (rank, name), number in tracks.items():
         meta.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": number, "args": {"name": name}})
-    run = runs.iloc[0]
     return {"traceEvents": meta + out, "displayTimeUnit": "ms",
             "otherData": {"run_id": int(run_id), "run_key": str(run["run_key"]), "study": str(run["study"]),
                           "algorithm": str(run["algorithm"]), "ranks": int(run["world_size"]),
-                          "origin_unix_seconds": origin, "clock": "aligned to rank 0 at start-up"}}
+                          "origin_unix_seconds": origin, "clock": "aligned to rank 0 at start-up",
+                          "window": window}}
 
 
-def write_chrome_trace(engine: Engine, run_id: int, path: Path) -> int:
-    """Write the trace to ``path``; returns the number of timeline events (steps excluded)."""
-    trace = chrome_trace(engine, run_id)
+def write_chrome_trace(engine: Engine, run_id: int, path: Path, steps: tuple[int, int] | None = None,
+                       ranks: Sequence[int] | None = None) -> int:
+    """Write the trace (of a window, see ``chrome_trace``) to ``path``; returns the number of
+    timeline events (steps excluded)."""
+    trace = chrome_trace(engine, run_id, steps, ranks)
     with open(path, "w") as f:
         json.dump(trace, f, separators=(",", ":"))
     return sum(1 for e in trace["traceEvents"] if e["ph"] in ("X", "i") and e["cat"] != "step")

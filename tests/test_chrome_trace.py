@@ -123,6 +123,46 @@ def test_bad_input_is_one_line(study, tmp_path):
     assert not (tmp_path / "none.db").exists()
 
 
+def test_a_window_of_steps_and_ranks_holds_exactly_those_events(study):
+    """``--steps 1-2 --ranks 0,3``: the SQL events and steps of that window, each once, none other;
+    the window named in the trace and the printed line."""
+    tmp, url, run_id = study
+    out = tmp / "window.json"
+    proc = scalestudy("timeline", str(run_id), "--out", str(out), "--db", url, "--steps", "1-2", "--ranks", "3,0",
+                      cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert "steps 1-2, rank(s) 0,3" in proc.stdout
+    trace = json.loads(out.read_text())
+    assert trace["otherData"]["window"] == {"steps": [1, 2], "ranks": [0, 3]}
+    with Session(connect(url)) as s:
+        events = s.scalars(select(Event).where(Event.run_id == run_id, Event.step.between(1, 2),
+                                               Event.rank.in_([0, 3]))).all()
+        steps = s.scalars(select(Step).where(Step.run_id == run_id, Step.step.between(1, 2),
+                                             Step.rank.in_([0, 3]))).all()
+        everything = s.scalars(select(Event).where(Event.run_id == run_id)).all()
+    assert events and len(everything) > len(events)   # the window leaves some out
+    timed = [e for e in trace["traceEvents"] if e["ph"] in ("X", "i")]
+    got = sorted((e["pid"], e["args"]["step"], e["cat"], e["args"]["tensor"]) for e in timed if e["cat"] != "step")
+    assert got == sorted((e.rank, e.step, e.phase, e.tensor) for e in events)
+    assert sorted((e["pid"], e["args"]["step"]) for e in timed if e["cat"] == "step") == \
+        sorted((st.rank, st.step) for st in steps)
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} == {"rank 0", "rank 3"}
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--steps", "5-2"], "--steps 5-2: the first step comes after the last"),
+    (["--steps", "five"], "--steps five: expected FIRST-LAST"),
+    (["--ranks", "0;1"], "--ranks 0;1: expected rank numbers"),
+    (["--steps", "100000-100001"], "nothing recorded in steps 100000-100001"),
+])
+def test_a_bad_window_is_one_line(study, tmp_path, args, said):
+    tmp, url, run_id = study
+    out = tmp_path / "t.json"
+    proc = scalestudy("timeline", str(run_id), "--out", str(out), "--db", url, *args, cwd=tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
+
+
 def test_report_links_each_runs_timeline(tmp_path):
     """The HTML report writes a trace per run with a timeline, links it, and drops the
     traces of runs no longer in the study when rebuilt."""

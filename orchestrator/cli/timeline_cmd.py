@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 from typing import Sequence
@@ -19,8 +20,23 @@ def timeline(argv: Sequence[str]) -> int:
                     "slice. Open it at ui.perfetto.dev or chrome://tracing.")
     parser.add_argument("run_id", type=int, metavar="RUN_ID", help="the run (scalestudy query shows run ids)")
     parser.add_argument("--out", default=None, help="the file (default: timeline-RUN_ID.json)")
+    parser.add_argument("--steps", default=None, metavar="FIRST-LAST",
+                        help="only these steps (from 0, inclusive), e.g. 500-509: a long run's whole timeline is "
+                             "more than a trace viewer opens, and a window is read alone from the run's event file")
+    parser.add_argument("--ranks", default=None, metavar="R[,R...]", help="only these ranks, e.g. 0,1,255")
     add_db_option(parser)
     args = parser.parse_args(argv)
+    steps = ranks = None
+    if args.steps is not None:
+        if not re.fullmatch(r"\d+-\d+", args.steps.strip()):
+            return fail(f"--steps {args.steps}: expected FIRST-LAST, e.g. 500-509 (steps from 0)")
+        steps = tuple(int(x) for x in args.steps.strip().split("-"))
+        if steps[0] > steps[1]:
+            return fail(f"--steps {args.steps}: the first step comes after the last")
+    if args.ranks is not None:
+        if not re.fullmatch(r"\d+(,\d+)*", args.ranks.strip()):
+            return fail(f"--ranks {args.ranks}: expected rank numbers from 0 separated by commas, e.g. 0,1,255")
+        ranks = sorted({int(x) for x in args.ranks.split(",")})
 
     from results_db.chrome_trace import TraceError, write_chrome_trace
     from results_db.columns import QueryError
@@ -34,11 +50,13 @@ def timeline(argv: Sequence[str]) -> int:
         return fail(str(exc))
     began = time.perf_counter()
     try:
-        events = write_chrome_trace(engine, args.run_id, out)
+        events = write_chrome_trace(engine, args.run_id, out, steps, ranks)
     except (TraceError, QueryError) as exc:   # QueryError: e.g. the run's event file is gone
         return fail(str(exc))
     except OSError as exc:
         return fail(f"--out {out}: {exc.strerror or exc}")
-    print(f"{out}: run {args.run_id}, {events} timeline event(s) and its steps, in "
+    window = "".join([f", steps {steps[0]}-{steps[1]}" if steps else "",
+                      f", rank(s) {','.join(map(str, ranks))}" if ranks else ""])
+    print(f"{out}: run {args.run_id}{window}, {events} timeline event(s) and its steps, in "
           f"{time.perf_counter() - began:.1f} s; open it at https://ui.perfetto.dev or chrome://tracing")
     return 0
