@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
                                   result_file)
 
-from . import event_files
+from . import event_files, event_sink
 from .binding import audit as audit_binding
 from .failpoints import failpoint
 from .rank_files import IngestError, RankFileReader
@@ -62,12 +62,12 @@ _DERIVE_PHASES = event_files.DERIVE_PHASES  # what step_stats reads
 _DERIVE_ROWS = 2_000_000   # events per window of steps (of every phase): memory stays bounded on long, wide runs
 
 
-def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_files.ColumnSink | None = None) -> None:
+def _derive_step_stats(session: Session, run_id: int, sink: RowSink | event_sink.ColumnSink | None = None) -> None:
     """Per-step stats from the run's events: folded rank by rank as they were parsed where they
     went to the run's event file (a ``ColumnSink``), else read from the events table a window of
     steps at a time (plus the step before each window, which the update delay needs). pandas is
     imported here, for timeline runs only: a sweep's driver starts faster without it."""
-    if isinstance(sink, event_files.ColumnSink):
+    if isinstance(sink, event_sink.ColumnSink):
         _insert_step_stats(session, run_id, sink.step_stats())
         return
     import pandas as pd
@@ -251,17 +251,17 @@ class _RunTotals:
         return max(self.host_ranks[m] * threads_per_rank / len(c) for m, c in self.host_cpus.items() if c)
 
 
-def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink | event_files.ColumnSink,
+def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink | event_sink.ColumnSink,
                  totals: _RunTotals) -> None:
     """One rank file's records into the sinks and tables (the hot loop appends rows directly)."""
     rank = int(path.stem.split("-")[1])
     start: dict[str, Any] = {}
     end: dict[str, Any] = {}
     divert = prepare = None
-    if isinstance(events, event_files.ColumnSink):
+    if isinstance(events, event_sink.ColumnSink):
         def divert(data: Any, count: int) -> None:
             events.add_block(rank, data, count, renamed=True)
-        prepare = event_files.rename_list_keys
+        prepare = event_sink.rename_list_keys
     reader = RankFileReader(path, divert, prepare)
     event_rows, step_rows = events.rows, steps.rows
     for rec in reader:
@@ -288,7 +288,7 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
             start = rec
         elif kind == "run_end":
             end = rec
-    if isinstance(events, event_files.ColumnSink):
+    if isinstance(events, event_sink.ColumnSink):
         events.end_rank()
     if reader.truncated:
         totals.truncated.append(path.name)
@@ -382,7 +382,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
             return False
         steps = RowSink(session, "steps", ("run_id", "rank", *STEP_FIELDS))
         folder = None if events_table else event_files.events_dir(engine)
-        events = (event_files.ColumnSink(folder, run_id) if folder is not None
+        events = (event_sink.ColumnSink(folder, run_id) if folder is not None
                   else RowSink(session, "events", _EVENT_COLUMNS))
         totals = _RunTotals()
         path = run_dir
@@ -402,10 +402,10 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
                 raise IngestError(f"{path}: {exc}") from None
             if events.written:
                 _derive_step_stats(session, run_id, events)
-            if isinstance(events, event_files.ColumnSink):
+            if isinstance(events, event_sink.ColumnSink):
                 run.events_file = events.commit()   # in place before the transaction commits
         except BaseException:
-            if isinstance(events, event_files.ColumnSink):
+            if isinstance(events, event_sink.ColumnSink):
                 events.discard()
             raise
         _finish_run(run, result, totals, job_id, accounted)

@@ -67,7 +67,7 @@ class RankFileReader:
     ``divert``: whole lines that begin with one of ``DIVERT_PREFIXES`` (an event record as
     ``workloads.metrics`` writes it, of a supported schema) are handed over a block at a time,
     unparsed, as the block's bytes less its other lines and their count, instead of being
-    yielded (``event_files.ColumnSink.add_block`` parses them in C++). Should it find one bad,
+    yielded (``event_sink.ColumnSink.add_block`` parses them in C++). Should it find one bad,
     the block is read again line by line to name it. ``prepare``: what to do to those bytes
     before they are handed over, in the read-ahead thread (beside the parse of the block before).
     """

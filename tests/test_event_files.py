@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 import pytest
 
-from results_db import connect, event_files, ingest, query
+from results_db import connect, event_files, event_sink, ingest, query
 from results_db.ingest import IngestError, ingest_run
 from results_db.rank_files import RankFileReader
 from results_db.runs import PlannedRun, register_runs
@@ -94,7 +94,7 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
     add = StepStats.add
     monkeypatch.setattr(StepStats, "add", lambda self, chunk: (folds.append(len(chunk)), add(self, chunk)))
     monkeypatch.setattr(rank_files, "BLOCK", 4096)
-    monkeypatch.setattr(event_files, "_FOLD_ROWS", 20)
+    monkeypatch.setattr(event_sink, "_FOLD_ROWS", 20)
     folded_engine, folded_id = _ingest(f"sqlite:///{tmp_path / 'folded.db'}", run_dir)
     assert len(folds) > 2, folds   # folded mid-rank, not only at each rank's end
     _same(folded_engine, folded_id, table_engine, table_id)
@@ -252,14 +252,14 @@ def test_an_event_line_longer_than_a_json_block_is_still_read(tmp_path, monkeypa
     import pyarrow as pa
     import pyarrow.json as pj
 
-    monkeypatch.setattr(event_files, "_JSON_BLOCK", 1024)
+    monkeypatch.setattr(event_sink, "_JSON_BLOCK", 1024)
     lines = [json.dumps({"type": "event", "schema": 1, "step": s, "tensor": "fused-0", "phase": "allreduce",
                          "t0": 1.0, "t1": 2.0, "bytes": 8,
                          "tensors": [f"layer{k}.weight" for k in range(200 if s == 3 else 2)]},
                         separators=(",", ":")).encode() + b"\n" for s in range(10)]
     with pytest.raises(pa.ArrowInvalid, match="straddling"):   # the reader's limit, the control
         pj.read_json(io.BytesIO(b"".join(lines)), read_options=pj.ReadOptions(block_size=1024))
-    sink = event_files.ColumnSink(tmp_path, 1)
+    sink = event_sink.ColumnSink(tmp_path, 1)
     sink.add_lines(0, lines)
     sink.flush()
     frame = event_files.read(tmp_path / sink.commit(), ["step", "tensors"])
@@ -335,7 +335,7 @@ def test_a_run_kept_as_one_file_by_an_earlier_version_still_reads_and_a_reingest
     pd.testing.assert_frame_equal(query.events(engine, [run_id]), expected)
     pd.testing.assert_frame_equal(query.events(engine, [run_id], steps=(3, 4)),
                                   expected[expected["step"].between(3, 4)].reset_index(drop=True))
-    sink = event_files.ColumnSink(folder.parent, run_id)   # the run's events written again (a re-run)
+    sink = event_sink.ColumnSink(folder.parent, run_id)   # the run's events written again (a re-run)
     sink.add_lines(1, (run_dir / "metrics" / "rank-1.jsonl").read_bytes().splitlines(keepends=True)[2:5])
     sink.flush()
     assert sink.commit() == folder.name
@@ -373,7 +373,7 @@ def test_the_fused_lists_key_is_renamed_as_bytes_replace_renames_it():
     (escaped, so never the key), lists of counts; and untouched input comes back as it was."""
     import random
 
-    from results_db.event_files import _LIST_KEY, _LIST_KEY_PARSED, rename_list_keys
+    from results_db.event_sink import _LIST_KEY, _LIST_KEY_PARSED, rename_list_keys
 
     pieces = [_LIST_KEY, b'"tensors":3', b'"tensor":"a[b"', b'"x":"\\"tensors\\":[1]"', b"[", b'["a","b"]',
               b'"tensorsX":[', b",", b"\n", b'{"type":"event"}']

@@ -208,14 +208,14 @@ def _random_timeline(ranks: int, steps: int, late: bool = False) -> pd.DataFrame
 def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monkeypatch):
     """The events through ingestion's sink as JSON lines, blocks of 9, folding every
     ``fold_rows``: the measures it gives and how many folds it made."""
-    from results_db import event_files
+    from results_db import event_sink
     from results_db.timeline import StepStats
 
-    monkeypatch.setattr(event_files, "_FOLD_ROWS", fold_rows)
+    monkeypatch.setattr(event_sink, "_FOLD_ROWS", fold_rows)
     folds = []
     add = StepStats.add
     monkeypatch.setattr(StepStats, "add", lambda self, chunk: (folds.append(len(chunk)), add(self, chunk)))
-    sink = event_files.ColumnSink(tmp_path / f"events-{fold_rows}", run_id=1)
+    sink = event_sink.ColumnSink(tmp_path / f"events-{fold_rows}", run_id=1)
     try:
         for rank, mine in events.groupby("rank", sort=True):
             lines = [json.dumps({"type": "event", "schema": 1, "step": int(e.step), "tensor": e.tensor,
