@@ -30,7 +30,7 @@ def _json_schema():
                       ("arrival", pa.float64()), ("tensorL", pa.list_(pa.string()))])
 
 
-_DERIVE_COLUMNS = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]   # the columns they read
+_DERIVE_COLUMNS = ["rank", "step", "tensor", "phase", "t0", "t1", "arrival"]   # what the per-step measures read of DERIVE_PHASES
 
 
 # a fused collective's ``tensors`` (a list of names) under a key of its own, the same length, so
