@@ -76,7 +76,8 @@ def path_of(engine: Engine, run_id: int, name: str) -> Path:
     return path
 
 
-def _schema():
+def arrow_schema():
+    """The columns of a run's event parts, as the writer writes them and an empty read returns them."""
     import pyarrow as pa
 
     return pa.schema([("rank", pa.int32()), ("step", pa.int32()), ("tensor", pa.string()),
@@ -92,7 +93,8 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """A run's events gone: a folder of parts, or the one file of an earlier layout."""
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -184,7 +186,7 @@ class EventFile:
                     if table.num_rows:
                         parts.append(table.select(names))
         if not parts:
-            return _schema().empty_table().select(names).to_pandas()
+            return arrow_schema().empty_table().select(names).to_pandas()
         return pa.concat_tables(parts).to_pandas()
 
     def step_range(self) -> tuple[int | None, int | None]:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from . import event_files
-from .event_files import (DERIVE_PHASES, EVENTS_DIR_ENV, REQUIRED, EventFileError, _remove, _schema, file_name,
-                          part_name)
+from .event_files import (DERIVE_PHASES, EVENTS_DIR_ENV, REQUIRED, EventFileError, arrow_schema, file_name,
+                          part_name, remove_path)
 
 _JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of lines parses on both cores here
 _FOLD_ROWS = 200_000   # events the measures read, folded at once: ended ranks', or a long rank's complete steps
@@ -139,7 +139,7 @@ class ColumnSink:
                    "t0": table["t0"], "t1": table["t1"], "bytes": pc.fill_null(table["bytes"], 0),
                    "tensors": pc.binary_join(table["tensorL"], ","), "arrival": table["arrival"]}
         self._rows_to_table()   # this block's other events (yielded before it), then the block
-        self._add(pa.table(columns, schema=_schema()))
+        self._add(pa.table(columns, schema=arrow_schema()))
         if self._derive_rows >= self._fold_at:
             self._fold_rank_head()
 
@@ -224,8 +224,8 @@ class ColumnSink:
 
         columns = list(zip(*self.rows))[1:]   # less run_id
         try:
-            table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, _schema())],
-                                         schema=_schema())
+            table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema())],
+                                         schema=arrow_schema())
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise TypeError(str(exc).splitlines()[0]) from None
         self.rows = []
@@ -281,7 +281,7 @@ class ColumnSink:
             import pyarrow.parquet as pq
 
             self.tmp_path.mkdir(exist_ok=True)
-            self._writer = pq.ParquetWriter(self.tmp_path / part_name(self._parts), _schema(), compression="zstd",
+            self._writer = pq.ParquetWriter(self.tmp_path / part_name(self._parts), arrow_schema(), compression="zstd",
                                             use_dictionary=["tensor", "phase", "tensors"], write_statistics=["step"])
             self._parts += 1
             self._groups = 0
@@ -310,7 +310,7 @@ class ColumnSink:
         if not self.written:
             self.discard()
             return None
-        _remove(self.path)   # an earlier ingestion's (a run re-run), a folder or a file of one part
+        remove_path(self.path)   # an earlier ingestion's (a run re-run), a folder or a file of one part
         os.replace(self.tmp_path, self.path)
         return self.name
 
@@ -320,7 +320,7 @@ class ColumnSink:
         except Exception:  # noqa: BLE001  (the ingestion has failed already: its error is the one told)
             pass
         finally:
-            _remove(self.tmp_path)
+            remove_path(self.tmp_path)
 
 
 def _remove_dead_writers(folder: Path, name: str) -> None:
@@ -330,6 +330,6 @@ def _remove_dead_writers(folder: Path, name: str) -> None:
             pid = int(tmp.name.rsplit(".", 2)[-2])
             os.kill(pid, 0)
         except ProcessLookupError:
-            _remove(tmp)
+            remove_path(tmp)
         except (ValueError, PermissionError):
             continue

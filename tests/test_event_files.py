@@ -232,7 +232,7 @@ def test_a_file_without_step_statistics_is_read_whole_and_still_filtered(tmp_pat
 
     rows = [(r, s, f"t{s}", "allreduce" if s % 2 else "backward", s + 0.1, s + 0.2, 0, None, None)
             for r in range(3) for s in range(10)]
-    table = pa.Table.from_pylist([dict(zip(event_files.COLUMNS, row)) for row in rows], schema=event_files._schema())
+    table = pa.Table.from_pylist([dict(zip(event_files.COLUMNS, row)) for row in rows], schema=event_files.arrow_schema())
     path = tmp_path / "bare.parquet"
     pq.write_table(table, path, row_group_size=7, write_statistics=False)
     opened = event_files.EventFile(path)
