@@ -2,22 +2,32 @@
 
     python benchmarks/validate_model_runs.py --db /tmp/validate.db [--model resnet20] [--batch-size 32]
         [--steps 40] [--warmup 10] [--repeats 2] [--small-repeats 1] [--pinned] [--real-only]
-        [--algorithms sync,eager_solo,eager_majority,horovod]
+        [--algorithms sync,eager_solo,eager_majority,horovod] [--fit-sizes 2,4,8]
+        [--held-sizes 16,32] [--held-batch 64 --held-batch-sizes 4,8] [--no-real2]
 
-Studies written (``benchmarks/validate_model.py`` fits and predicts from them):
+Studies written (``benchmarks/validate_model.py`` and ``bench_model_vs_extrap.py`` fit and
+predict from them):
 
 - ``validate-profile``: real 1-rank runs with ``timeline=true`` (``--repeats``), two at a time
   so the profile feels a node whose cores both compute; their pooled profile drives every
   emulated run, and they are the 1-rank fit set for the real 1 -> 2 prediction;
-- ``validate-small``: emulated runs at 2, 4 and 8 ranks, ``--small-repeats`` per algorithm and
-  size (the fit set);
+- ``validate-small``: emulated runs at ``--fit-sizes`` ranks, ``--small-repeats`` per
+  algorithm and size (the fit set);
 - ``validate-pinned`` (with ``--pinned``): emulated runs at 4 and 8 ranks pinned to one of the
   2 CPUs (``taskset -c 0``: up to 8 ranks per CPU, the crowding of 16 ranks on both), one per
   algorithm and size: ``validate_model.py --pinned include`` adds them to the fit set;
-- ``validate-large``: emulated runs at 16 and 32 ranks, ``--repeats`` each (what is predicted);
-- ``validate-real2``: real 2-rank ``sync`` runs, ``--repeats`` (the real prediction's check),
-  taken between the 16-32-rank runs, 25 min or more after the profile; ``--real-only`` takes
-  only the profile and these, interleaved (pair, 2 ranks, pair, ...).
+- ``validate-large``: emulated runs at ``--held-sizes`` ranks, ``--repeats`` each (what is predicted);
+- with ``--held-batch B``: ``validate-profile-batch`` (real 1-rank pairs at batch B, as the
+  profile's) and ``validate-batch``: emulated runs at batch B from that profile, at
+  ``--held-batch-sizes`` ranks, ``--repeats`` each, injected D = that profile's C (a
+  condition no fit at ``--batch-size`` has seen);
+- ``validate-real2`` (unless ``--no-real2``): real 2-rank ``sync`` runs, ``--repeats`` (the real
+  prediction's check), one after each round of held-out runs; ``--real-only`` takes only the
+  profile and these, interleaved (pair, 2 ranks, pair, ...).
+
+The emulated runs go in rounds: round r runs the fit set's repetition r (while r <
+``--small-repeats``) and then the held-out repetition r (while r < ``--repeats``), so that the
+machine's drift hits the fit and the held-out runs alike.
 
 Every algorithm but ``sync`` runs under the paper's injection: each step one of P ranks,
 drawn with a shared seed, sleeps D = the profile's median forward + backward (D = 1 x C).
@@ -51,6 +61,12 @@ def main() -> None:
                     help="only the real 1 -> 2 rank check: validate-profile pairs and validate-real2 runs, "
                          "interleaved (--repeats of each)")
     ap.add_argument("--algorithms", default="sync,eager_solo,eager_majority,horovod")
+    ap.add_argument("--fit-sizes", default="2,4,8", help="rank counts of the fit set (validate-small)")
+    ap.add_argument("--held-sizes", default="16,32", help="rank counts predicted (validate-large)")
+    ap.add_argument("--held-batch", type=int, default=None,
+                    help="also a held-out batch size: its own 1-rank profile and validate-batch runs")
+    ap.add_argument("--held-batch-sizes", default="4,8", help="rank counts of the validate-batch runs")
+    ap.add_argument("--no-real2", action="store_true", help="leave out the real 2-rank validate-real2 runs")
     args = ap.parse_args()
 
     from perf_model.profile import profile_of_runs
@@ -59,6 +75,13 @@ def main() -> None:
     from results_db.runs import PlannedRun, register_runs
 
     algorithms = args.algorithms.split(",")
+    sizes = {}
+    for flag in ("fit_sizes", "held_sizes", "held_batch_sizes"):
+        try:
+            sizes[flag] = [int(x) for x in getattr(args, flag).split(",")]
+        except ValueError:
+            raise SystemExit(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: not a comma-separated list "
+                             "of rank counts") from None
     if Path(args.db).exists():
         raise SystemExit(f"--db {args.db} exists: its runs would mix with this replication's; give a new file")
     if "horovod" in algorithms and importlib.util.find_spec("horovod") is None:
@@ -68,9 +91,10 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="validate-model-"))
     profile_path = scratch / "profile.json"
 
-    def spec(ranks: int, **extra) -> dict:
-        epochs, per_epoch = epochs_for(args.dataset, args.batch_size, ranks, args.steps + args.warmup)
-        return {"model": args.model, "dataset": args.dataset, "batch_size": args.batch_size, "epochs": epochs,
+    def spec(ranks: int, batch: int | None = None, **extra) -> dict:
+        batch = batch or args.batch_size
+        epochs, per_epoch = epochs_for(args.dataset, batch, ranks, args.steps + args.warmup)
+        return {"model": args.model, "dataset": args.dataset, "batch_size": batch, "epochs": epochs,
                 "steps_per_epoch": per_epoch, "workers_per_node": ranks, "threads_per_node": ranks,
                 "timeline": True, "sync_every": 10, **extra}
 
@@ -81,15 +105,28 @@ def main() -> None:
         ingest_run(engine, decision.run_id, result["run_dir"])
         return decision.run_id
 
-    def emulated(ranks: int, algorithm: str, delay_ms: float, seed: int) -> dict:
+    def emulated(ranks: int, algorithm: str, delay_ms: float, seed: int, profile: Path = profile_path,
+                 batch: int | None = None) -> dict:
         injected = {"imbalance_kind": "injected", "imbalance_ranks": 1, "imbalance_delay_ms": delay_ms} \
             if algorithm != "sync" else {}
-        return spec(ranks, algorithm=algorithm, compute="emulated", compute_profile=str(profile_path), seed=seed,
+        return spec(ranks, batch, algorithm=algorithm, compute="emulated", compute_profile=str(profile), seed=seed,
                     **injected)
 
-    def profile_pair(r: int) -> list[int]:
-        started = [start_workload({**spec(1, algorithm="sync"), "seed": r * 2 + i}, 1) for i in range(2)]
-        return [store("validate-profile", finish_workload(*run)) for run in started]
+    def profile_pair(r: int, batch: int | None = None, study: str = "validate-profile") -> list[int]:
+        started = [start_workload({**spec(1, batch, algorithm="sync"), "seed": r * 2 + i}, 1) for i in range(2)]
+        return [store(study, finish_workload(*run)) for run in started]
+
+    def take_profile(path: Path, batch: int | None, study: str) -> float:
+        """Pool ``--repeats`` pairs of real 1-rank runs into the profile at ``path``; the injected D (ms)."""
+        ids = []
+        for r in range(args.repeats):
+            ids += profile_pair(r, batch, study)
+        profile = profile_of_runs(engine, ids, warmup=args.warmup)
+        path.write_text(profile.to_json())
+        c = statistics.median(profile.forward) + statistics.median(profile.backward)
+        print(f"profile {path} (batch {batch or args.batch_size}, runs {ids}): C = {c * 1e3:.1f} ms; "
+              f"injected D = {round(c * 1e3, 1)} ms", flush=True)
+        return round(c * 1e3, 1)
 
     def real2(r: int) -> int:
         run = store("validate-real2", finish_workload(*start_workload({**spec(2, algorithm="sync"), "seed": r}, 2)))
@@ -105,34 +142,34 @@ def main() -> None:
         print(f"done: {args.db}")
         return
     print(f"profile: {args.repeats} x two concurrent real 1-rank runs", flush=True)
-    ids = []
-    for r in range(args.repeats):
-        ids += profile_pair(r)
-    profile = profile_of_runs(engine, ids, warmup=args.warmup)
-    profile_path.write_text(profile.to_json())
-    c = statistics.median(profile.forward) + statistics.median(profile.backward)
-    delay_ms = round(c * 1e3, 1)
-    print(f"profile {profile_path}: C = {c * 1e3:.1f} ms; injected D = {delay_ms} ms", flush=True)
+    delay_ms = take_profile(profile_path, None, "validate-profile")
+    batch_profile = scratch / "profile-batch.json"
+    if args.held_batch:
+        batch_delay_ms = take_profile(batch_profile, args.held_batch, "validate-profile-batch")
 
-    for r in range(args.small_repeats):
-        for ranks in (2, 4, 8):
+    def emulated_runs(study: str, ranks_list: list[int], r: int, **how) -> None:
+        for ranks in ranks_list:
             for algorithm in algorithms:
-                run = store("validate-small", finish_workload(*start_workload(emulated(ranks, algorithm, delay_ms, r),
-                                                                              ranks)))
-                print(f"  small: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
+                run = store(study, finish_workload(*start_workload(emulated(ranks, algorithm, seed=r, **how), ranks),
+                                                   timeout=1800))
+                print(f"  {study}: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
+
+    for r in range(max(args.small_repeats, args.repeats)):
+        if r < args.small_repeats:
+            emulated_runs("validate-small", sizes["fit_sizes"], r, delay_ms=delay_ms)
         if args.pinned and r == 0:
             for ranks in (4, 8):
                 for algorithm in algorithms:
                     run = store("validate-pinned", finish_workload(*start_workload(
                         emulated(ranks, algorithm, delay_ms, 0), ranks, cpus="0")))
                     print(f"  pinned: {algorithm} {ranks} ranks on CPU 0 -> run {run}", flush=True)
-    for r in range(args.repeats):
-        for ranks in (16, 32):
-            for algorithm in algorithms:
-                run = store("validate-large", finish_workload(*start_workload(
-                    emulated(ranks, algorithm, delay_ms, r), ranks), timeout=1800))
-                print(f"  large: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
-        real2(r)
+        if r < args.repeats:
+            emulated_runs("validate-large", sizes["held_sizes"], r, delay_ms=delay_ms)
+            if args.held_batch:
+                emulated_runs("validate-batch", sizes["held_batch_sizes"], r, delay_ms=batch_delay_ms,
+                              profile=batch_profile, batch=args.held_batch)
+            if not args.no_real2:
+                real2(r)
     print(f"done: {args.db}")
 
 

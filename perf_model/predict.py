@@ -11,7 +11,11 @@ A step of P ranks (``perf_model.terms``):
   (``injected_wait_sample``); for eager-SGD the slowest rank over a segment of
   ``sync_every`` steps (``injected_wait_eager``; over a segment the sum of steps is close
   to normal), and for ``eager_majority`` also the wait for each round's initiator
-  (``majority_wait``);
+  (``majority_wait``) — the lock-step mechanism (``eager_catch_up=lockstep``, and every fit
+  of runs from before catch-up); where a late rank catches up (``apply_all``, the default,
+  or ``latest``) W is what the mechanism's simulation gives (``eager_rounds.eager_steps``:
+  a rank's mean recorded step less C), and with ``apply_all`` the update counts once per
+  round taken, more than one per gradient computed;
 - A(P) = m 2 ceil(log2 P) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in
   all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
   fitted on this machine or taken from a site's ``network:`` (``Network``);
@@ -34,6 +38,7 @@ land inside it is measured in ``benchmarks/validate_model.py``, not assumed.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -41,6 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from .eager_rounds import EagerSteps, eager_steps
 from .machine import Host, Network
 from .terms import (allreduce_messages, allreduce_seconds, compute_seconds, crowding_exposure, injected_wait_eager,
                     injected_wait_sample, injected_wait_sync, oversubscription_seconds)
@@ -65,6 +71,24 @@ def majority_wait(sigma: float) -> float:
     already counts the sleeper's lag; counting it twice over-predicted the wait of the
     2-rank validation runs by ~80 ms."""
     return sigma / math.sqrt(math.pi)
+
+
+def simulated_eager_steps(mode: str, ranks: int, compute: float, delay: float, delayed: int, sigma: float,
+                          segment: int) -> EagerSteps:
+    """``eager_rounds.eager_steps`` for catch-up, in units of ``compute`` and cached: the
+    simulation scales with time, so delay and sigma are kept as shares of compute rounded to
+    0.1 % of it (a bootstrap replicate's slightly other sigma reuses its neighbour's run)."""
+    if compute <= 0:
+        return eager_steps(mode, ranks, 0.0, delay, delayed, sigma, segment, catch_up=True)
+    unit = _eager_steps_per_compute(mode, int(ranks), round(delay / compute, 3), int(delayed),
+                                    round(sigma / compute, 3), int(segment))
+    return EagerSteps(unit.seconds_per_gradient * compute, unit.rounds_per_gradient)
+
+
+@functools.lru_cache(maxsize=4096)
+def _eager_steps_per_compute(mode: str, ranks: int, delay: float, delayed: int, sigma: float,
+                             segment: int) -> EagerSteps:
+    return eager_steps(mode, ranks, 1.0, delay, delayed, sigma, segment, catch_up=True)
 
 
 def choose_algorithm(fit: dict[str, Any], algorithm: str | None) -> str:
@@ -98,9 +122,15 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
     c = float(compute_seconds(shape["batch_size"], shape["threads_per_worker"], **params["compute"]))
     sigma = params.get("straggler", {}).get("sigma", 0.0)
     k, d = shape["injected_ranks"], shape["injected_delay"]
+    rounds_per_gradient = 1.0
     segment = shape["sync_every"] or shape["steps"] or 1   # eager-SGD: steps from one synchronous round to the next
     if ranks == 1:
         wait = d if k else 0.0
+    elif algorithm in EAGER and shape.get("catch_up", "lockstep") != "lockstep":
+        steps = simulated_eager_steps(algorithm.removeprefix("eager_"), ranks, c, d, k, sigma, segment)
+        wait = max(steps.seconds_per_gradient - c, 0.0)
+        if shape["catch_up"] == "apply_all":
+            rounds_per_gradient = steps.rounds_per_gradient
     elif algorithm in EAGER:
         wait = injected_wait_eager(ranks, k, d, sigma, segment)
         if algorithm == "eager_majority":
@@ -121,7 +151,7 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
         if algorithm in EAGER:   # the weights' averaging after each synchronous round: as many bytes, not hidden
             averaging = float(allreduce_seconds(n, ranks, lat, bw)) / segment
     exposed = (1 - shape["hidden"]) * comm
-    update = shape["update_seconds"] + averaging
+    update = shape["update_seconds"] * rounds_per_gradient + averaging
     crowd = params.get("oversubscription", {})
     q = crowd.get(f"q_{algorithm}", crowd.get("q", 0.0))   # one per algorithm (a counterfactual fit), or the host's
     # a fit stored before the exposure (no by_exposure) fitted q as if every step were synchronous

@@ -93,6 +93,8 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             "hidden": float(hidden.mean()) if len(hidden) else 0.0,
             "update_seconds": float(steps["update"].median()) if len(steps) else 0.0,
             "sync_every": _resync_steps(runs),
+            # eager-SGD's catch-up (lockstep: a fit of runs from before it existed, column null)
+            "catch_up": str(_mode(runs["eager_catch_up"]) or "lockstep") if "eager_catch_up" in runs else "lockstep",
             "injected_ranks": int(_mode(runs["imbalance_ranks"]) or 0) if kind == "injected" else 0,
             "injected_delay": float(_mode(runs["imbalance_delay_ms"]) or 0.0) / 1e3 if kind == "injected" else 0.0,
             "steps": int(_mode(runs["steps"]) or 0),   # steps a run ran (rank 0)
