@@ -3,7 +3,7 @@ neither fit has seen (issue 29, item 1; issue 38: the comparison a referee accep
 
     python benchmarks/bench_model_vs_extrap.py --db FILE [--fit validate-small]
         [--held-out validate-large,validate-batch] [--profiles validate-profile,validate-profile-batch]
-        [--warmup 10] [--extrap-python .venv-extrap/bin/python]
+        [--warmup 10] [--extrap-python .venv-extrap/bin/python] [--exclude RUN,... --why TEXT]
 
 FILE: the runs of ``validate_model_runs.py`` (for issue 38: ``--fit-sizes 2,3,4,6,8
 --small-repeats 5 --held-sizes 12,24 --held-batch 64 --repeats 5``). Both modellers are
@@ -96,7 +96,14 @@ def main() -> int:
                     help="studies of 1-rank profile runs: the compute ratio r of a held-out batch")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--extrap-python", default=str(REPO / ".venv-extrap" / "bin" / "python"))
+    ap.add_argument("--exclude", default="", help="held-out run ids left out (say why with --why)")
+    ap.add_argument("--why", default="", help="why --exclude leaves them out (printed)")
     args = ap.parse_args()
+    try:
+        excluded = {int(x) for x in args.exclude.split(",") if x}
+    except ValueError:
+        print(f"--exclude {args.exclude!r}: not a comma-separated list of run ids")
+        return 2
     if not Path(args.extrap_python).exists():
         print(f"--extrap-python {args.extrap_python}: not found (bash scripts/install-extrap.sh makes it)")
         return 2
@@ -118,6 +125,7 @@ def main() -> int:
     fit_batch = int(fit_runs["batch_size"].iloc[0])
     held_runs = pd.concat([query.runs(engine, study=s, where="status=done") for s in args.held_out.split(",")]
                           ).set_index("run_id")
+    held_runs = held_runs[~held_runs.index.isin(excluded)]
     measured = measured_throughput(engine, [int(i) for i in held_runs.index], args.warmup)
     for column in ("study", "batch_size", "seed"):
         measured[column] = measured["run_id"].map(held_runs[column])
@@ -133,6 +141,8 @@ def main() -> int:
     print(f"fit set {args.fit}: {written} runs, batch {fit_batch}, sizes {sizes}, repetitions per algorithm and "
           f"size {int(per_size.min())}-{int(per_size.max())}; held out {args.held_out}: {len(measured)} runs; "
           f"warm-up {args.warmup} steps")
+    if excluded:
+        print(f"left out of the held-out runs: {sorted(excluded)} ({args.why or 'no reason given'})")
     print("1-rank profiles' C (median forward + backward): "
           + ", ".join(f"batch {b}: {c * 1e3:.1f} ms" for b, c in sorted(compute.items())))
     print("inputs: both the fit set's runs; ours also each run's per-collective timeline, the configured "

@@ -4,6 +4,7 @@
         [--steps 40] [--warmup 10] [--repeats 2] [--small-repeats 1] [--pinned] [--real-only]
         [--algorithms sync,eager_solo,eager_majority,horovod] [--fit-sizes 2,4,8]
         [--held-sizes 16,32] [--held-batch 64 --held-batch-sizes 4,8] [--no-real2]
+        [--append --profile FILE [--batch-profile FILE] --first-repeat N]
 
 Studies written (``benchmarks/validate_model.py`` and ``bench_model_vs_extrap.py`` fit and
 predict from them):
@@ -24,6 +25,10 @@ predict from them):
 - ``validate-real2`` (unless ``--no-real2``): real 2-rank ``sync`` runs, ``--repeats`` (the real
   prediction's check), one after each round of held-out runs; ``--real-only`` takes only the
   profile and these, interleaved (pair, 2 ranks, pair, ...).
+
+``--append`` adds runs to an existing ``--db`` from the profiles an earlier invocation wrote
+(its ``profile.json`` / ``profile-batch.json``, named on its first lines), taking no profile
+runs, with seeds from ``--first-repeat`` on: a repetition to replace one that was disturbed.
 
 The emulated runs go in rounds: round r runs the fit set's repetition r (while r <
 ``--small-repeats``) and then the held-out repetition r (while r < ``--repeats``), so that the
@@ -67,6 +72,10 @@ def main() -> None:
                     help="also a held-out batch size: its own 1-rank profile and validate-batch runs")
     ap.add_argument("--held-batch-sizes", default="4,8", help="rank counts of the validate-batch runs")
     ap.add_argument("--no-real2", action="store_true", help="leave out the real 2-rank validate-real2 runs")
+    ap.add_argument("--append", action="store_true", help="add to an existing --db from --profile (no profile runs)")
+    ap.add_argument("--profile", help="with --append: the profile of the --batch-size runs")
+    ap.add_argument("--batch-profile", help="with --append and --held-batch: the profile of the held-out batch")
+    ap.add_argument("--first-repeat", type=int, default=0, help="the first repetition's index (its runs' seed)")
     args = ap.parse_args()
 
     from perf_model.profile import profile_of_runs
@@ -82,7 +91,9 @@ def main() -> None:
         except ValueError:
             raise SystemExit(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: not a comma-separated list "
                              "of rank counts") from None
-    if Path(args.db).exists():
+    if args.append and not (args.profile and (args.batch_profile or not args.held_batch)):
+        raise SystemExit("--append needs --profile (and --batch-profile with --held-batch): the earlier profiles")
+    if Path(args.db).exists() and not args.append:
         raise SystemExit(f"--db {args.db} exists: its runs would mix with this replication's; give a new file")
     if "horovod" in algorithms and importlib.util.find_spec("horovod") is None:
         raise SystemExit("--algorithms includes horovod, which is not installed in this environment: "
@@ -105,8 +116,9 @@ def main() -> None:
         ingest_run(engine, decision.run_id, result["run_dir"])
         return decision.run_id
 
-    def emulated(ranks: int, algorithm: str, delay_ms: float, seed: int, profile: Path = profile_path,
+    def emulated(ranks: int, algorithm: str, delay_ms: float, seed: int, profile: Path | None = None,
                  batch: int | None = None) -> dict:
+        profile = profile or profile_path   # read at call time: --append rebinds it
         injected = {"imbalance_kind": "injected", "imbalance_ranks": 1, "imbalance_delay_ms": delay_ms} \
             if algorithm != "sync" else {}
         return spec(ranks, batch, algorithm=algorithm, compute="emulated", compute_profile=str(profile), seed=seed,
@@ -141,11 +153,24 @@ def main() -> None:
             real2(r)
         print(f"done: {args.db}")
         return
-    print(f"profile: {args.repeats} x two concurrent real 1-rank runs", flush=True)
-    delay_ms = take_profile(profile_path, None, "validate-profile")
     batch_profile = scratch / "profile-batch.json"
-    if args.held_batch:
-        batch_delay_ms = take_profile(batch_profile, args.held_batch, "validate-profile-batch")
+    if args.append:
+        from workloads.emulation import ComputeProfile
+
+        def delay_of(path: str) -> float:
+            loaded = ComputeProfile.load(path)
+            return round((statistics.median(loaded.forward) + statistics.median(loaded.backward)) * 1e3, 1)
+
+        profile_path, delay_ms = Path(args.profile), delay_of(args.profile)
+        if args.held_batch:
+            batch_profile, batch_delay_ms = Path(args.batch_profile), delay_of(args.batch_profile)
+        print(f"appending: D = {delay_ms} ms" + (f", batch {args.held_batch}: {batch_delay_ms} ms" if args.held_batch
+                                                  else ""), flush=True)
+    else:
+        print(f"profile: {args.repeats} x two concurrent real 1-rank runs", flush=True)
+        delay_ms = take_profile(profile_path, None, "validate-profile")
+        if args.held_batch:
+            batch_delay_ms = take_profile(batch_profile, args.held_batch, "validate-profile-batch")
 
     def emulated_runs(study: str, ranks_list: list[int], r: int, **how) -> None:
         for ranks in ranks_list:
@@ -154,16 +179,17 @@ def main() -> None:
                                                    timeout=1800))
                 print(f"  {study}: {algorithm} {ranks} ranks, repeat {r + 1} -> run {run}", flush=True)
 
-    for r in range(max(args.small_repeats, args.repeats)):
-        if r < args.small_repeats:
+    for i in range(max(args.small_repeats, args.repeats)):
+        r = args.first_repeat + i
+        if i < args.small_repeats:
             emulated_runs("validate-small", sizes["fit_sizes"], r, delay_ms=delay_ms)
-        if args.pinned and r == 0:
+        if args.pinned and i == 0:
             for ranks in (4, 8):
                 for algorithm in algorithms:
                     run = store("validate-pinned", finish_workload(*start_workload(
                         emulated(ranks, algorithm, delay_ms, 0), ranks, cpus="0")))
                     print(f"  pinned: {algorithm} {ranks} ranks on CPU 0 -> run {run}", flush=True)
-        if r < args.repeats:
+        if i < args.repeats:
             emulated_runs("validate-large", sizes["held_sizes"], r, delay_ms=delay_ms)
             if args.held_batch:
                 emulated_runs("validate-batch", sizes["held_batch_sizes"], r, delay_ms=batch_delay_ms,
