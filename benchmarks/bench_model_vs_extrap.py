@@ -207,6 +207,11 @@ def main() -> int:
             summary[(algorithm, who)] = overall
             line.append(f"{'ours' if who == 'ours' else 'Extra-P'} {overall:5.1%} [{min(reps):.1%}-{max(reps):.1%}]")
         print(f"  {algorithm:15s} {len(mine):3d} runs: " + "; ".join(line))
+    print("\nper held-out condition: median |error| over its runs, ours / Extra-P")
+    for condition in sorted({r["condition"] for r in rows}):
+        mine = [r for r in rows if r["condition"] == condition]
+        print(f"  {condition:24s} {len(mine):3d} runs: ours {statistics.median(abs(r['ours']) for r in mine):5.1%}, "
+              f"Extra-P {statistics.median(abs(r['extrap']) for r in mine):5.1%}")
     ours = statistics.median(abs(r["ours"]) for r in rows)
     theirs = statistics.median(abs(r["extrap"]) for r in rows)
     print(f"\nall held-out runs ({len(rows)}): median |error| ours {ours:.1%}, Extra-P {theirs:.1%}; ours most "
