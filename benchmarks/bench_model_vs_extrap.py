@@ -119,8 +119,6 @@ def main() -> int:
     from results_db.model_fits import latest_model_fit
 
     engine = connect(f"sqlite:///{args.db}")
-    fit_study(engine, args.fit, args.warmup, 0, host_of_site_name)
-    fit = latest_model_fit(engine, args.fit)
     fit_runs = query.runs(engine, study=args.fit, where="status=done")
     fit_batch = int(fit_runs["batch_size"].iloc[0])
     held_runs = pd.concat([query.runs(engine, study=s, where="status=done") for s in args.held_out.split(",")]
@@ -132,6 +130,13 @@ def main() -> int:
     compute = {}
     for study in args.profiles.split(","):
         compute.update(profile_compute(engine, study, args.warmup))
+    unprofiled = sorted(set(int(b) for b in measured["batch_size"]) - set(compute) - {fit_batch})
+    if unprofiled:
+        print(f"--profiles {args.profiles}: no 1-rank profile runs at batch {unprofiled} of the held-out runs "
+              "(their compute ratio r cannot be had)")
+        return 2
+    fit_study(engine, args.fit, args.warmup, 0, host_of_site_name)   # stored: only once the inputs are whole
+    fit = latest_model_fit(engine, args.fit)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{args.fit}.jsonl"
         written = write_extrap(engine, args.fit, path, args.warmup)

@@ -89,10 +89,10 @@ def main() -> None:
         try:
             sizes[flag] = [int(x) for x in getattr(args, flag).split(",")]
         except ValueError:
-            raise SystemExit(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: not a comma-separated list "
-                             "of rank counts") from None
+            ap.exit(2, f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: not a comma-separated list "
+                       "of rank counts\n")
     if args.append and not (args.profile and (args.batch_profile or not args.held_batch)):
-        raise SystemExit("--append needs --profile (and --batch-profile with --held-batch): the earlier profiles")
+        ap.exit(2, "--append needs --profile (and --batch-profile with --held-batch): the earlier profiles\n")
     if Path(args.db).exists() and not args.append:
         raise SystemExit(f"--db {args.db} exists: its runs would mix with this replication's; give a new file")
     if "horovod" in algorithms and importlib.util.find_spec("horovod") is None:

@@ -16,6 +16,12 @@ Why it matters: with one rank in P drawn *per step* (the ``injected`` scheme), e
 never carries a delay forward meets a fresh one whenever it is the rank that leads the round,
 so the rate cannot stay at ``1 / compute`` for small P (at P = 2, D = C: 0.75 of it, where
 lockstep gives 0.68); a persistent straggler (``fixed``) costs catch-up nothing.
+
+``eager_steps`` is the model's simulation (``predict.step_parts`` under catch-up): it adds
+majority's initiator and the synchronous rounds, draws its delays vectorised rather than
+through ``DelayInjector`` (an expectation, not a replay), and returns a rank's mean recorded
+step. ``solo_round_rate`` stays as the replay of a run's own draws, and as the independent
+check of ``eager_steps`` (tests/test_eager_rounds.py).
 """
 
 from __future__ import annotations

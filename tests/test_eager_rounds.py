@@ -87,3 +87,27 @@ def test_prediction_uses_the_mechanism_the_runs_ran():
     sync = {**shape, "catch_up": "apply_all"}
     assert step_parts(params, sync, "sync", 8, 1, None, None) == step_parts(params, {**sync, "catch_up": "lockstep"},
                                                                             "sync", 8, 1, None, None)
+
+
+def test_the_fit_records_the_catch_up_its_runs_ran(tmp_path):
+    """shape.workload_shapes reads the runs' eager_catch_up: apply_all (the default) as it is,
+    lockstep as it is, and runs stored before the column existed (null) as lockstep, the only
+    mechanism there was then; the prediction path above keys on it."""
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    from perf_model.shape import workload_shapes
+    from perf_model.study import load_study
+    from results_db import connect
+    from results_db.schema import Run
+
+    from perf_synthetic import write_study
+
+    engine = connect(f"sqlite:///{tmp_path / 'c.db'}")
+    ids = {study: write_study(engine, study, configs=((8, 2), (8, 4)), algorithm="eager_solo")
+           for study in ("default", "lock", "before")}
+    with Session(engine) as s, s.begin():
+        s.execute(update(Run).where(Run.id.in_(ids["lock"])).values(eager_catch_up="lockstep"))
+        s.execute(update(Run).where(Run.id.in_(ids["before"])).values(eager_catch_up=None))
+    seen = {study: workload_shapes(load_study(engine, study, 10))["eager_solo"]["catch_up"] for study in ids}
+    assert seen == {"default": "apply_all", "lock": "lockstep", "before": "lockstep"}
