@@ -8,14 +8,16 @@ momentum, steps_per_epoch, a parameter — are different configurations.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine
 
 from workloads.spec import CONFIG_FIELDS
 
-from . import confidence, query, run_rows
+from . import confidence, metric_facts, power, query, run_rows
 from .run_rows import AGGREGATES, hashable_values  # noqa: F401 - AGGREGATES re-exported
 
 # The fields that make two runs "the same configuration" (seed and repeat index are the repeat).
@@ -75,11 +77,15 @@ def parse_baseline(baseline: str) -> tuple[str, object]:
 
 
 def compare(engine: Engine, baseline: str, study: str | None = None, metric: str = "throughput",
-            where=None, ignore: Sequence[str] = ()) -> pd.DataFrame:
+            where=None, ignore: Sequence[str] = (), better: str | None = None) -> pd.DataFrame:
     """Per configuration: the metric (mean ± std over repeats), the baseline's, speedup and
-    efficiency, each with its bootstrap interval over the repeats (``speedup_low``/``_high``,
-    ``efficiency_low``/``_high`` at ``confidence.LEVEL``; NaN with fewer than 2 repeats a side).
+    efficiency, each with its interval over the repeats (``speedup_low``/``_high``,
+    ``efficiency_low``/``_high`` at ``confidence.LEVEL``; NaN with fewer than
+    ``confidence.MIN_REPEATS`` a side, ``interval`` then says why), and the smallest change the
+    repeats could detect (``detectable``, ``power``).
 
+    Speedup is above 1 when better: this / baseline for a higher-is-better metric, baseline /
+    this for a lower-is-better one (``metric_facts``; ``better`` overrides the declaration).
     Efficiency is speedup per unit of resources: speedup x baseline ranks / ranks (equal
     to the speedup when the baseline axis does not change the rank count, e.g. algorithm);
     against a threads_per_node baseline, per thread: x baseline threads / threads.
@@ -90,16 +96,28 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
     runs = query.runs(engine, study=study, where=where)
     if metric.startswith("metrics.") and metric not in runs.columns:
         raise CompareError(f"metric {metric!r}: no run of this selection has it")
-    out = compare_runs(runs[runs["status"] == "done"], baseline, metric, ignore=ignore)
+    out = compare_runs(runs[runs["status"] == "done"], baseline, metric, ignore=ignore, better=better)
     keys = [a for a in config_axes(out) if a != axis]
     varying = [k for k in keys if out[k].nunique(dropna=False) > 1]
-    columns = [*varying, axis, "repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup",
-               "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high"]
+    columns = [*varying, axis, *OUTPUT_COLUMNS(metric)]
     if "energy_joules" in out and out["energy_joules"].notna().any():   # measured by the hosts' counters
         out = out.assign(energy_kj_mean=out["energy_joules"] / 1e3)
         columns.append("energy_kj_mean")
     mixed = lambda col: col.map(str) if col.map(type).nunique() > 1 else col  # noqa: E731 - text and numbers
-    return out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
+    out = out[columns].sort_values([*varying, axis], key=mixed).reset_index(drop=True)
+    out.attrs.update(compare_attrs(metric, better, runs))
+    return out
+
+
+def OUTPUT_COLUMNS(metric: str) -> list[str]:   # noqa: N802 - a table's layout, named as one
+    return ["repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup", "speedup_std",
+            "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high", "interval",
+            "detectable", "log_se", "df"]
+
+
+def compare_attrs(metric: str, better: str | None, runs: pd.DataFrame) -> dict:
+    fact = metric_facts.measure_of(metric, runs["config"] if "config" in runs else (), better)
+    return {"better": fact.better, "unit": fact.unit}
 
 
 def _key(row, columns: Sequence[str]) -> tuple:
@@ -108,7 +126,9 @@ def _key(row, columns: Sequence[str]) -> tuple:
 
 
 def _values(runs: pd.DataFrame, columns: Sequence[str], metric: str):
-    """(first row of a configuration, its repeats' values of ``metric``) per configuration."""
+    """(first row of a configuration, its repeats' values of ``metric`` in repeat order) per configuration."""
+    if "repeat" in runs.columns:
+        runs = runs.sort_values("repeat", kind="stable")
     if not columns:
         yield {}, list(runs[metric].dropna())
         return
@@ -116,16 +136,30 @@ def _values(runs: pd.DataFrame, columns: Sequence[str], metric: str):
         yield part.iloc[0], list(part[metric].dropna())
 
 
+def first_stage(row) -> int | None:
+    """The first stage of a configuration whose repeats were added until its interval was tight
+    (``sweep repeats.until=``): its variance comes from those alone (``confidence``)."""
+    value = row.get("repeats_first_stage") if hasattr(row, "get") else None
+    return int(value) if value is not None and value == value else None
+
+
 def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
-                 ignore: Sequence[str] = (), value: object = None) -> pd.DataFrame:
+                 ignore: Sequence[str] = (), value: object = None, better: str | None = None) -> pd.DataFrame:
     """``compare`` on runs already read (one row per finished run), keeping every axis column.
 
     ``ignore``: axes that move with the others (threads_per_node left at one per worker moves
     with workers_per_node), left out of matching a configuration to its baseline; else a
-    baseline of workers_per_node=1 would find no partner for 2 workers with 2 threads."""
-    axis, value = parse_baseline(baseline)
+    baseline of workers_per_node=1 would find no partner for 2 workers with 2 threads.
+    ``value``: the baseline's value as stored, where it differs from the text's (the report's
+    ``check_baseline``: ``params.v=1`` given, "1" stored)."""
+    axis, parsed = parse_baseline(baseline)
+    value = parsed if value is None else value
     if runs.empty:
         raise CompareError("no finished runs match")
+    try:
+        fact = metric_facts.measure_of(metric, runs["config"] if "config" in runs else (), better)
+    except metric_facts.MetricDirectionError as exc:
+        raise CompareError(str(exc)) from None
     runs = hashable(query.expand_json(runs, "params") if "params" in runs.columns else runs)
     if axis not in runs.columns:
         raise CompareError(f"baseline axis {axis!r}: no run of this selection has it")
@@ -141,6 +175,8 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
                        if axis == "threads_per_node" and {"nodes", "threads_per_node"} <= set(runs.columns)
                        else runs["world_size"])
     extra = {"energy_joules": ("energy_joules", "mean")} if "energy_joules" in runs.columns else {}
+    if "repeats_first_stage" in runs.columns:
+        extra["repeats_first_stage"] = ("repeats_first_stage", "max")
     per_config = (runs.groupby([*keys, axis], dropna=False)
                   .agg(repeats=(metric, "count"), mean=(metric, "mean"), std=(metric, "std"),
                        world_size=("world_size", "first"), _resources=("_resources", "first"), **extra)
@@ -150,20 +186,49 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
         raise CompareError(f"no finished runs with {axis}={value!r} to compare against")
     base = base.rename(columns={"mean": "baseline_mean", "_resources": "_baseline_resources"})
     out = per_config.merge(base, on=match, how="inner")
-    out["speedup"] = out["mean"] / out["baseline_mean"]
-    out["speedup_std"] = out["std"] / out["baseline_mean"]
+    higher = fact.higher_is_better
+    # above 1 is better, whichever way the metric points (metric_facts)
+    out["speedup"] = out["mean"] / out["baseline_mean"] if higher else out["baseline_mean"] / out["mean"]
+    out["speedup_std"] = out["speedup"] * out["std"] / out["mean"]
     out["efficiency"] = out["speedup"] * out["_baseline_resources"] / out["_resources"]
-    # bootstrap intervals over repeats (results_db/confidence.py says what they rest on)
-    values = {_key(r, [*keys, axis]): v for r, v in _values(runs, [*keys, axis], metric)}
-    base_values = {_key(r, match): v for r, v in _values(runs[runs[axis] == value], match, metric)}
-    bounds = [confidence.ratio_interval(values.get(_key(row, [*keys, axis]), []),
-                                        base_values.get(_key(row, match), []))
-              for _, row in out.iterrows()]
+    # intervals over repeats (results_db/confidence.py says what they rest on and how they were checked)
+    values = {_key(r, [*keys, axis]): (v, first_stage(r)) for r, v in _values(runs, [*keys, axis], metric)}
+    base_values = {_key(r, match): (v, first_stage(r)) for r, v in _values(runs[runs[axis] == value], match, metric)}
+    estimates, detectable = [], []
+    for _, row in out.iterrows():
+        mine, mine_stage = values.get(_key(row, [*keys, axis]), ([], None))
+        theirs, their_stage = base_values.get(_key(row, match), ([], None))
+        if _same(row[axis], value):   # the baseline itself: 1 by definition, no interval of its own
+            estimates.append(None)
+            detectable.append(math.nan)
+            continue
+        num, den = (mine, theirs) if higher else (theirs, mine)
+        stages = (mine_stage, their_stage) if higher else (their_stage, mine_stage)
+        estimates.append(confidence.ratio_estimate(num, den, first_stage=stages))
+        detectable.append(_detectable(mine, theirs))
     scale = out["_baseline_resources"] / out["_resources"]
-    out["speedup_low"] = [b[0] for b in bounds]
-    out["speedup_high"] = [b[1] for b in bounds]
+    out["speedup_low"] = [e.low if e else math.nan for e in estimates]
+    out["speedup_high"] = [e.high if e else math.nan for e in estimates]
     out["efficiency_low"] = out["speedup_low"] * scale
     out["efficiency_high"] = out["speedup_high"] * scale
+    out["interval"] = [e.reason if e else "baseline" for e in estimates]
+    out["detectable"] = detectable
+    out["log_se"] = [e.log_se if e else math.nan for e in estimates]
+    out["df"] = [e.df if e else math.nan for e in estimates]
     out = out.drop(columns=["_resources", "_baseline_resources"])
+    out.attrs.update(better=fact.better, unit=fact.unit)
     return out.rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
                                "baseline_mean": f"baseline_{metric}_mean"})
+
+
+def _same(a, b) -> bool:
+    return a == b or (isinstance(a, str) != isinstance(b, str) and str(a) == str(b))
+
+
+def _detectable(mine: Sequence[float], theirs: Sequence[float]) -> float:
+    """The smallest relative change between the two configurations that their repeats would find
+    with 80 % power (``power.detectable_change``; NaN below ``confidence.MIN_REPEATS`` a side)."""
+    if len(mine) < confidence.MIN_REPEATS or len(theirs) < confidence.MIN_REPEATS:
+        return math.nan
+    a, b = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
+    return power.detectable_change(a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))

@@ -24,8 +24,10 @@ from .schema import Run, Study
 from .where import JsonFilter, column_of, parse_where
 
 ATTEMPTS = ("latest", "all")
-# mean_low / mean_high: the mean's bootstrap interval over the group's runs (results_db/confidence.py)
-AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum", "mean_low", "mean_high")
+# mean_low / mean_high: the mean's t-interval over the group's runs; median_low / median_high: the
+# median's distribution-free interval, from 6 runs (results_db/confidence.py says what each assumes)
+AGGREGATES = ("count", "mean", "std", "min", "max", "median", "sum", "mean_low", "mean_high", "median_low",
+              "median_high")
 
 
 @dataclass
@@ -253,6 +255,8 @@ _REDUCE: dict[str, Callable[[list], Any]] = {
     "sum": lambda xs: sum(xs),
     "mean_low": lambda xs: _mean_interval(xs)[0],
     "mean_high": lambda xs: _mean_interval(xs)[1],
+    "median_low": lambda xs: _median_interval(xs)[0],
+    "median_high": lambda xs: _median_interval(xs)[1],
 }
 
 
@@ -260,6 +264,12 @@ def _mean_interval(xs: list) -> tuple[float, float]:
     from .confidence import mean_interval   # numpy and scipy only when asked for
 
     return mean_interval(xs)
+
+
+def _median_interval(xs: list) -> tuple[float, float]:
+    from .confidence import median_interval
+
+    return median_interval(xs)
 
 
 def check_aggregates(metrics: dict[str, Sequence[str]]) -> None:

@@ -17,6 +17,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from workloads.spec import FIELDS, RunField
 
+from .measure import measure   # which way each measure is better: one declaration, beside its column
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -95,8 +97,8 @@ runs_table = Table(
     Column("data_path_used", String(64)),                     # the path its gradients took (mpi, torch_distributed:nccl, ...)
     Column("gpu_model", String(128)),                         # the GPUs' model, as CUDA names it (null: no GPU)
     Column("gpus", Integer),                                  # distinct GPUs the run's ranks used
-    Column("gpu_peak_memory_mb", Float),                      # the largest peak any rank allocated (MB)
-    Column("gpu_utilization", Float),                         # mean NVML utilisation (%), null where NVML was absent
+    Column("gpu_peak_memory_mb", Float, info=measure("lower", "MB")),                      # the largest peak any rank allocated (MB)
+    Column("gpu_utilization", Float, info=measure("higher", "%")),                         # mean NVML utilisation (%), null where NVML was absent
     # the network NCCL logged ("AWS Libfabric", "Socket": its TCP fallback; several, comma-separated, where
     # the ranks differed) and the plugin the run's site declares; null where no NCCL communicator ran
     Column("nccl_network", String(128)),
@@ -110,33 +112,33 @@ runs_table = Table(
     Column("predicted_by_fit", Integer),
     # the energy its hosts drew over the run, from their counters (workloads/energy.py); null
     # where no host had one or a counter was lost (energy_note says why): never a TDP guess
-    Column("energy_joules", Float),
-    Column("energy_watts", Float),                            # mean watts per host over the run
+    Column("energy_joules", Float, info=measure("lower", "J")),
+    Column("energy_watts", Float, info=measure("lower", "W")),                            # mean watts per host over the run
     Column("energy_source", String(64)),                      # pm_counters, rapl, nvml
     Column("energy_kind", String(16)),                        # measured
     Column("energy_note", Text),
-    Column("throughput", Float),                              # samples whose gradients were computed, per second
+    Column("throughput", Float, info=measure("higher", "samples/s", speed=True)),                              # samples whose gradients were computed, per second
     # the job's steps (rounds: each one update of every model) and all ranks' computed gradients,
     # per second; they part from throughput once an eager-SGD rank skips the rounds it missed
-    Column("rounds_per_second", Float),
-    Column("gradients_per_second", Float),
+    Column("rounds_per_second", Float, info=measure("higher", "rounds/s", speed=True)),
+    Column("gradients_per_second", Float, info=measure("higher", "gradients/s", speed=True)),
     Column("classes", Integer),                               # the data's classes: top-1 at chance is 1 / classes
     # model FLOP utilisation (workloads/flops.py): counted FLOPs per sample (forward + backward, a lower
     # bound), the ranks' summed peak FLOP/s and what it was read from, throughput x FLOPs / peak
     Column("model_flops_per_sample", Float),
     Column("peak_flops", Float),
     Column("peak_source", Text),
-    Column("mfu", Float),
+    Column("mfu", Float, info=measure("higher")),
     # the binding audit (results_db/binding.py): one line per finding; [] checked and clean, null unrecorded
     Column("binding", JSON),
     # the run's timeline as a Parquet file (results_db/event_files.py), named relative to the database's
     # events folder; null where its events, if any, are rows of the events table
     Column("events_file", String(255)),
-    Column("train_seconds", Float),
-    Column("wall_seconds", Float),
+    Column("train_seconds", Float, info=measure("lower", "s", speed=True)),
+    Column("wall_seconds", Float, info=measure("lower", "s", speed=True)),
     Column("steps", Integer),
-    Column("final_top1", Float),
-    Column("final_loss", Float),
+    Column("final_top1", Float, info=measure("higher")),
+    Column("final_loss", Float, info=measure("lower")),
     Column("metrics", JSON),                                  # a command's other metrics, name -> value
     Column("exit_code", Integer),                             # a command's exit code
     Column("output_tail", Text),                              # the last lines of a command's output

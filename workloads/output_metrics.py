@@ -22,6 +22,10 @@ REDUCERS: dict[str, Callable[[Sequence[float]], float]] = {
 }
 
 
+# which way a metric is better; results_db.measure reads this one list
+BETTER = ("higher", "lower")
+
+
 @dataclass(frozen=True)
 class MetricPattern:
     name: str
@@ -30,13 +34,20 @@ class MetricPattern:
     ranks: str = "0"           # "0" or "all"
     ranks_reduce: str = "mean"
     required: bool = True
+    better: str | None = None  # "higher" or "lower": which way is better, for comparisons (results_db.metric_facts)
 
     @classmethod
     def from_dict(cls, name: str, spec: dict[str, Any]) -> "MetricPattern":
-        unknown = sorted(set(spec) - {"pattern", "reduce", "ranks", "ranks_reduce", "required"})
+        unknown = sorted(set(spec) - {"pattern", "reduce", "ranks", "ranks_reduce", "required", "better"})
         if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r}; known: pattern, reduce, ranks, ranks_reduce, required")
+            raise ValueError(f"unknown key {unknown[0]!r}; known: pattern, reduce, ranks, ranks_reduce, required, better")
+        better = spec.get("better")
+        if better is not None and better not in BETTER:
+            raise ValueError(f"better={better!r}: expected higher or lower (which way this metric is better)")
         pattern = spec.get("pattern")
+        if pattern is None and better is not None and set(spec) <= {"better", "required"}:
+            # a declaration only: a metric the program reports through report.result(), no pattern to match
+            return cls(name, "", required=False, better=better)
         if not isinstance(pattern, str) or not pattern:
             raise ValueError("needs a pattern: a regular expression with one group around the number")
         try:
@@ -55,7 +66,7 @@ class MetricPattern:
         required = spec.get("required", True)
         if not isinstance(required, bool):
             raise ValueError(f"required={required!r}: expected true or false")
-        return cls(name, pattern, spec.get("reduce", "last"), ranks, spec.get("ranks_reduce", "mean"), required)
+        return cls(name, pattern, spec.get("reduce", "last"), ranks, spec.get("ranks_reduce", "mean"), required, better)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -92,6 +103,8 @@ def extract(patterns: dict[str, dict[str, Any]], outputs: dict[int, Path]) -> tu
     found, missing = {}, []
     for name, spec in patterns.items():
         metric = MetricPattern.from_dict(name, spec)
+        if not metric.pattern:   # a declaration of direction only (report.result's metrics)
+            continue
         ranks = sorted(outputs) if metric.ranks == "all" else [0]
         per_rank, silent = [], []
         for rank in ranks:

@@ -119,7 +119,8 @@ def query(argv: Sequence[str]) -> int:
     parser.add_argument("--group-by", default=None, help="comma-separated axes to group runs by")
     parser.add_argument("--agg", action="append", default=None,
                         help="COLUMN:AGG[,AGG] with --group-by, e.g. throughput:mean,std (default: throughput:count,mean,std); "
-                             "mean_low and mean_high: the mean's 95 %% bootstrap interval over the group's runs")
+                             "mean_low and mean_high: the mean's 95 %% t-interval over the group's runs; median_low and "
+                             "median_high: the median's distribution-free 95 %% interval (from 6 runs)")
     parser.add_argument("--attempts", choices=("latest", "all"), default="latest",
                         help="latest: each run's newest attempt (default); all: also the earlier ones a rerun "
                              "or a retry kept (column attempt)")
@@ -179,11 +180,16 @@ def compare(argv: Sequence[str]) -> int:
     parser.add_argument("--baseline", default=None,
                         help="AXIS=VALUE, e.g. algorithm=sync or nodes=1 (default: as the report chooses: the "
                              "fewest nodes, else sync, else the smallest other resource swept)")
-    parser.add_argument("--metric", default="throughput", help="a numeric run column (default: throughput)")
+    parser.add_argument("--metric", default="throughput",
+                        help="a measured run column or metrics.NAME (default: throughput); speedup is above 1 when "
+                             "better, whichever way the metric points")
+    parser.add_argument("--better", choices=("higher", "lower"), default=None,
+                        help="which way the metric is better, for a metrics.NAME its config does not declare "
+                             "(workload.metrics.NAME.better)")
     parser.add_argument("--where", action="append", default=None)
     parser.add_argument("--knee", type=float, default=None, metavar="EFFICIENCY",
-                        help="also name, per group, the first size whose efficiency is below this with the "
-                             "intervals' confidence (e.g. 0.8)")
+                        help="also name, per group, where efficiency falls below this and stays below, with a 5 %% "
+                             "chance of naming a size that is not (e.g. 0.8)")
     parser.add_argument("--against", default=None, metavar="STUDY",
                         help="compare two sets of runs instead: this study's (B) against --study's (A), per "
                              "configuration both ran: change with its interval, Welch's test, effect size, verdict")
@@ -192,6 +198,10 @@ def compare(argv: Sequence[str]) -> int:
                              "matching --where)")
     parser.add_argument("--ignore", default="", metavar="AXES",
                         help="with --against: axes the two sets differ in on purpose, e.g. site")
+    parser.add_argument("--correction", default="holm", choices=("holm", "bh", "none"),
+                        help="with --against: how the verdicts' error is held across the configurations: holm "
+                             "(default: the chance of any false verdict at 5 %%), bh (Benjamini-Hochberg: the "
+                             "expected share of false verdicts at 5 %%), none (each configuration on its own)")
     parser.add_argument("--figure", default=None, metavar="FILE.png",
                         help="with --against: also draw each configuration's change with its interval")
     parser.add_argument("--format", choices=FORMATS, default="table")
@@ -224,54 +234,64 @@ def compare(argv: Sequence[str]) -> int:
             if baseline is None:
                 raise ValueError(f"study {args.study!r} sweeps no axis to compare against: give --baseline AXIS=VALUE")
             print(f"baseline: {baseline} (the default; --baseline AXIS=VALUE chooses another)", file=sys.stderr)
-        frame = compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
-                                ignore=ignore)
+        table = compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
+                                ignore=ignore, better=args.better)
+        frame = table
         if args.format == "table" and not args.out:
             from ..terminal.tables import compare_display
 
-            from results_db.confidence import LEVEL
-
-            frame = compare_display(frame, args.metric)
-            print(f"{args.metric}: mean ± std over repeats; speedup and efficiency against {baseline} with "
-                  f"{LEVEL:.0%} bootstrap intervals over repeats (none with fewer than 2 a side)", file=sys.stderr)
+            frame = compare_display(table, args.metric)
+            print(compare_header(args.metric, baseline, table.attrs["better"]), file=sys.stderr)
         render(frame, args.format, title=f"{args.metric} vs {baseline}", out=args.out)
         if args.knee is not None:   # beside a table; never inside CSV or JSON on stdout
-            print_knees(compare.compare(engine, baseline, study=args.study, metric=args.metric, where=args.where,
-                                        ignore=ignore), baseline, args.knee, ignore,
-                        out=sys.stdout if args.format == "table" else sys.stderr)
+            print_knees(table, baseline, args.knee, ignore, out=sys.stdout if args.format == "table" else sys.stderr)
     except (query.QueryError, compare.CompareError, ValueError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     return 0
 
 
-def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
-    """One line per group: where efficiency falls below ``threshold`` with confidence, or that it does not."""
-    from results_db.compare import parse_baseline
-    from results_db.confidence import knee
+def compare_header(metric: str, baseline: str, better: str) -> str:
+    """What compare's table rests on, in the words the docs' compare page explains."""
+    from results_db.confidence import LEVEL, MIN_REPEATS
 
-    from ..terminal.tables import cell, interval_cell
+    way = "this / baseline" if better == "higher" else "baseline / this"
+    return (f"{metric} ({better} is better): mean ± std over repeats; speedup ({way}: above 1 is better) and "
+            f"efficiency against {baseline}, with {LEVEL:.0%} t-intervals on the log ratio (Welch; none with fewer "
+            f"than {MIN_REPEATS} repeats a side); detectable: the smallest change these repeats would find with "
+            "80 % power")
+
+
+def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
+    """One line per group: where efficiency falls below ``threshold`` and stays below (``results_db.knee``)."""
+    from results_db.compare import OUTPUT_COLUMNS, parse_baseline
+    from results_db.confidence import LEVEL
+    from results_db.knee import knee
+
+    from ..terminal.tables import cell
 
     axis, _ = parse_baseline(baseline)
-    groups = [c for c in table.columns if c not in (axis, "repeats", *ignore)
-              and not c.startswith(("speedup", "efficiency"))
-              and not c.endswith(("_mean", "_std"))]
+    metric_columns = set(OUTPUT_COLUMNS(next(c for c in table.columns if c.startswith("baseline_"))
+                                        .removeprefix("baseline_").removesuffix("_mean")))
+    groups = [c for c in table.columns if c not in (axis, *ignore, "energy_kj_mean") and c not in metric_columns]
     for _, row in knee(table, axis, threshold, groups).iterrows():
         where = ", ".join(f"{g}={cell(row[g])}" for g in groups)
         prefix = f"knee ({where}): " if where else "knee: "
         if row["knee"] is None:
-            print(f"{prefix}none: no {axis} has efficiency below {threshold:g} with confidence", file=out)
+            print(f"{prefix}none: the largest {axis} does not have efficiency below {threshold:g} with "
+                  f"{LEVEL:.0%} confidence", file=out)
         else:
-            print(f"{prefix}{axis}={cell(row['knee'])}, efficiency "
-                  f"{interval_cell(row['efficiency'], row['efficiency_low'], row['efficiency_high'])} < {threshold:g}", file=out)
+            beyond = f" and at the {row['beyond'] - 1} larger" if row["beyond"] > 1 else ""
+            print(f"{prefix}{axis}={cell(row['knee'])}: efficiency {cell(row['efficiency'])} (one-sided "
+                  f"{LEVEL:.0%} bound {cell(row['efficiency_upper'])}) < {threshold:g} there{beyond}; the chance "
+                  f"of naming a size that is not below is at most {1 - LEVEL:.0%}", file=out)
 
 
 def compare_two_sets(args) -> int:
     """``compare --against``: B against A per configuration, with a verdict."""
     from results_db import compare, query, regression
-    from results_db.confidence import ALPHA, LEVEL
 
     from ..terminal.output import render
-    from ..terminal.tables import cell, interval_cell
+    from ..terminal.tables import cell, interval_cell, percent_cell
 
     try:
         if not args.study:
@@ -283,28 +303,28 @@ def compare_two_sets(args) -> int:
         a = query.runs(engine, study=args.study, where=args.where)
         b = query.runs(engine, study=args.against or args.study, where=args.against_where)
         ignore = [x for x in args.ignore.split(",") if x]
-        table = regression.compare_sets(a, b, metric=args.metric, ignore=ignore)
+        table = regression.compare_sets(a, b, metric=args.metric, ignore=ignore, correction=args.correction,
+                                        better=args.better)
         if table.attrs.get("treatment"):
             print(f"matched ignoring {', '.join(table.attrs['treatment'])}: one value on each side, not the same "
                   "(what the two sets differ in)", file=sys.stderr)
         b_name = args.against or f"{args.study} where {' and '.join(args.against_where)}"
         if args.format == "table" and not args.out:
             keys = [c for c in table.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
-                                                         "change_low", "change_high", "p_value", "effect", "verdict"}]
+                                                         "change_low", "change_high", "p_value", "p_adjusted",
+                                                         "effect", "detectable", "verdict"}]
             shown = table[keys].copy()
             shown["A"] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
             shown["B"] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
             shown["B/A"] = [interval_cell(*v) for v in zip(table["change"], table["change_low"], table["change_high"])]
             shown["p"] = table["p_value"]
+            shown["p adj."] = table["p_adjusted"]
             shown["g"] = table["effect"]
+            shown["detectable"] = [percent_cell(v) for v in table["detectable"]]
             shown["verdict"] = table["verdict"]
-            print(f"{args.metric}, B ({b_name}) against A ({args.study}): means (repeats), B/A with its {LEVEL:.0%} "
-                  f"bootstrap interval, Welch's p, Hedges' g; a verdict needs the interval to exclude 1 and "
-                  f"p < {ALPHA:g}", file=sys.stderr)
+            print(f"B ({b_name}) against A ({args.study}). " + regression.legend(table, args.metric), file=sys.stderr)
             render(shown, "table", title=f"{args.metric}: {b_name} against {args.study}")
-            counts = table["verdict"].value_counts()
-            print(", ".join(f"{counts[v]} {v}" for v in ("faster", "slower", "no evidence", "only in A", "only in B")
-                            if v in counts))
+            print(regression.verdict_counts(table))
         else:
             render(table, args.format, title=f"{args.metric}: {b_name} against {args.study}", out=args.out)
         if args.figure:

@@ -39,18 +39,29 @@ def interval_cell(point: Any, low: Any, high: Any) -> str:
     return f"{cell(point)} [{cell(low)}, {cell(high)}]"
 
 
+def percent_cell(value: Any) -> str:
+    """``±8.2 %``: a relative change (0.082) as the tables print it."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"±{100 * value:.3g} %"
+
+
 def compare_display(frame, metric: str):
-    """``compare``'s table as a terminal shows it: each value beside its interval, so that a
-    comparison fits 80 columns (CSV, JSON and Parquet keep every column apart)."""
-    axes = [c for c in frame.columns if c not in {"repeats", f"{metric}_mean", f"{metric}_std",
-                                                  f"baseline_{metric}_mean", "energy_kj_mean"}
-            and not c.startswith(("speedup", "efficiency"))]
+    """``compare``'s table as a terminal shows it: each value beside its interval (or why it has
+    none), so that a comparison fits 80 columns (CSV, JSON and Parquet keep every column apart)."""
+    from results_db.compare import OUTPUT_COLUMNS
+
+    hidden = set(OUTPUT_COLUMNS(metric)) | {"energy_kj_mean"}
+    axes = [c for c in frame.columns if c not in hidden]
     out = frame[axes + ["repeats"]].copy()
     out[metric] = [f"{cell(m)} ± {cell(s)}" if s == s else cell(m)
                    for m, s in zip(frame[f"{metric}_mean"], frame[f"{metric}_std"])]
-    out["speedup"] = [interval_cell(*v) for v in zip(frame["speedup"], frame["speedup_low"], frame["speedup_high"])]
+    why = [w if w else "" for w in frame["interval"]]
+    out["speedup"] = [f"{cell(p)} ({w})" if w and w != "baseline" else interval_cell(p, lo, hi)
+                      for p, lo, hi, w in zip(frame["speedup"], frame["speedup_low"], frame["speedup_high"], why)]
     out["efficiency"] = [interval_cell(*v) for v in zip(frame["efficiency"], frame["efficiency_low"],
                                                        frame["efficiency_high"])]
+    out["detectable"] = [percent_cell(v) for v in frame["detectable"]]
     if "energy_kj_mean" in frame:
         out["energy kJ"] = frame["energy_kj_mean"]
     return out

@@ -40,9 +40,10 @@ def efficiency_vs(sr: StudyRuns, axis: str) -> pd.DataFrame:
 
 
 def _with_efficiency_interval(sr: StudyRuns, axis: str, table: pd.DataFrame) -> pd.DataFrame:
-    """``efficiency_low`` / ``_high``: each point's bootstrap interval over its repeats and its
-    series' first point's (``confidence.ratio_interval``), scaled as the efficiency is; NaN with
-    a single repeat on a side. Drawn as a band (``draw.efficiency``)."""
+    """``efficiency_low`` / ``_high``: each point's interval over its repeats and its series' first
+    point's (``confidence.ratio_interval``), scaled as the efficiency is; NaN with fewer than
+    ``confidence.MIN_REPEATS`` on a side, and for the first point itself. Drawn as a band
+    (``draw.efficiency``)."""
     others = [a for a in sr.varying if a != axis]
     frame = sr.with_config(others).rename(columns={"config": "series"})
     values = {key: part["throughput"].dropna().tolist() for key, part in frame.groupby(["series", axis], dropna=False)}
@@ -54,6 +55,10 @@ def _with_efficiency_interval(sr: StudyRuns, axis: str, table: pd.DataFrame) -> 
             highs.append(math.nan)
             continue
         base = measured.iloc[0]
+        if base[axis] == row[axis]:   # the first point itself: 1 by definition, no interval of its own
+            lows.append(math.nan)
+            highs.append(math.nan)
+            continue
         low, high = confidence.ratio_interval(values.get((row["series"], row[axis]), []),
                                               values.get((base["series"], base[axis]), []))
         scale = base["throughput_mean"] / row["ideal"] if row["ideal"] else math.nan

@@ -20,6 +20,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from workloads.run_folder import STEP_PHASES  # noqa: E402
 
+from ..confidence import interval_words  # noqa: E402
 from .data import PHASE_LABELS, TIMELINE_LANES, label_of  # noqa: E402
 
 PHASE_COLOURS = {"data": "#bbbbbb", "forward": "#4c72b0", "delay": "#c44e52", "backward": "#55a868",
@@ -163,7 +164,7 @@ def efficiency(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
     """Scaling efficiency lines (1 = linear scaling), one per series."""
     ax = fig.subplots()
     if "efficiency_low" in frame and frame["efficiency_low"].notna().any():
-        # the bootstrap interval over repeats (results_db/confidence.py) as a band around each line
+        # the interval over repeats (results_db/confidence.py) as a band around each line
         where = x_axis(ax, frame, axis)
         hidden = coinciding(frame, "series", axis, "efficiency")
         for i, (series, part) in enumerate(frame.groupby("series", sort=False)):
@@ -171,7 +172,7 @@ def efficiency(frame: pd.DataFrame, fig: Figure, axis: str) -> None:
             line, = ax.plot(where(part[axis]), part["efficiency"], label=series_label(series, hidden), **style)
             ax.fill_between(where(part[axis]), part["efficiency_low"], part["efficiency_high"],
                             color=line.get_color(), alpha=0.18, linewidth=0)
-        ax.plot([], [], " ", label="bands: 95 % bootstrap interval over repeats")
+        ax.plot([], [], " ", label=f"bands: {interval_words()}")
         top = float(np.nanmax(frame[["efficiency", "efficiency_high"]].to_numpy()))
     else:
         lines_with_spread(ax, frame, axis, "efficiency", "efficiency_std")

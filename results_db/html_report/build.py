@@ -145,30 +145,31 @@ def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFram
     """The page's "Against A" section: the table, its CSV and the change figure."""
     from matplotlib.figure import Figure
 
-    from ..confidence import ALPHA, LEVEL
     from ..figures.regression_figure import draw_change
     from .page import fmt
 
     csv = f"against-{against}.csv"
     _atomic(out / csv, lambda tmp: change.to_csv(tmp, index=False))
     keys = [c for c in change.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
-                                                   "change_low", "change_high", "p_value", "effect", "verdict"}]
+                                                   "change_low", "change_high", "p_value", "p_adjusted", "effect",
+                                                   "detectable", "verdict"}]
     rows = []
     for r in change.to_dict("records"):
         interval = "" if r["change_low"] != r["change_low"] else f" [{fmt(r['change_low'], 3)}, {fmt(r['change_high'], 3)}]"
+        detectable = "-" if r["detectable"] != r["detectable"] else f"±{fmt(r['detectable'], 1, 100)} %"
         rows.append([*(str(r[k]) for k in keys), f"{fmt(r['a_mean'], 1)} ({r['a_repeats']})",
                      f"{fmt(r['b_mean'], 1)} ({r['b_repeats']})", f"{fmt(r['change'], 3)}{interval}",
-                     fmt(r["p_value"], 4), fmt(r["effect"], 2), r["verdict"]])
+                     fmt(r["p_value"], 4), fmt(r["p_adjusted"], 4), fmt(r["effect"], 2), detectable, r["verdict"]])
     png = None
-    if change["verdict"].isin(("faster", "slower", "no evidence")).any():
+    if change["change"].notna().any():
         fig = Figure(figsize=(8.0, 1.5 + 0.35 * len(change)), layout="constrained")
         draw_change(change, fig, "throughput", against, "this study")
         png = f"figures/against-{against}.png"
         _atomic(out / png, lambda tmp: fig.savefig(tmp, dpi=150, format="png"))
-    counts = change["verdict"].value_counts()
-    return {"name": against, "level": f"{LEVEL:.0%}", "alpha": f"{ALPHA:g}", "csv": csv, "png": png,
-            "heads": [*keys, "A: throughput (repeats)", "B: throughput (repeats)", "B ÷ A", "p", "g", "verdict"],
-            "rows": rows, "counts": ", ".join(f"{n} {v}" for v, n in counts.items())}
+    return {"name": against, "legend": regression.legend(change, "throughput"), "csv": csv, "png": png,
+            "heads": [*keys, "A: throughput (repeats)", "B: throughput (repeats)", "B ÷ A", "p", "p adj.", "g",
+                      "detectable", "verdict"],
+            "rows": rows, "counts": regression.verdict_counts(change)}
 
 
 def _labels(planned: pd.DataFrame) -> dict[int, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from ..confidence import LEVEL
+from ..confidence import interval_words
 from ..figures.data import label_of, setting
 from .provenance import Provenance
 
@@ -35,8 +35,8 @@ def fmt(value, digits: int, scale: float = 1.0, unit: str = "") -> str:
 
 
 def with_interval(row: dict, name: str, fallback: str) -> str:
-    """``1.550 [1.324, 1.873]``: the value with its bootstrap interval over repeats
-    (``results_db/confidence.py``); without one (a single repeat a side), ``fallback``."""
+    """``1.550 [1.324, 1.873]``: the value with its interval over repeats
+    (``results_db/confidence.py``); without one (too few repeats a side), ``fallback``."""
     low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
     if _missing(low) or _missing(high):
         return fallback
@@ -126,9 +126,10 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
     heads, rows = config_rows(table, varying, baseline) if not table.empty else ([], [])
     legend = ("Throughput and accuracy are the mean ± standard deviation over a configuration's "
               "repeats (runs that differ only in seed or repeat index). Speedup and efficiency are given with "
-              f"their {LEVEL:.0%} bootstrap interval over the repeats of the configuration and of the baseline, "
-              "each resampled within itself (with a single repeat on a side: mean ± std, or the value alone). "
-              "Efficiency is speedup × baseline ranks ÷ ranks.") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
+              f"their {interval_words()} over the repeats of the configuration and of the baseline "
+              "(with fewer repeats on a side: mean ± std, or the value alone); the baseline's own row has none. "
+              "Efficiency is speedup × baseline ranks ÷ ranks. How each method was checked: docs, "
+              "\"compare with confidence\".") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
                                             "configuration's repeats. No axis to compare against was swept.")
     rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]
     axes_rows = [r for r in rows_ if r["role"] != "fixed"]
