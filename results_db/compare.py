@@ -136,6 +136,11 @@ def _values(runs: pd.DataFrame, columns: Sequence[str], metric: str):
         yield part.iloc[0], list(part[metric].dropna())
 
 
+def _first_stage_of(config) -> float:
+    stage = (config.get("repeats") or {}).get("first_stage") if isinstance(config, dict) else None
+    return float(stage) if isinstance(stage, (int, float)) and not isinstance(stage, bool) else math.nan
+
+
 def first_stage(row) -> int | None:
     """The first stage of a configuration whose repeats were added until its interval was tight
     (``sweep repeats.until=``): its variance comes from those alone (``confidence``)."""
@@ -160,6 +165,8 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
         fact = metric_facts.measure_of(metric, runs["config"] if "config" in runs else (), better)
     except metric_facts.MetricDirectionError as exc:
         raise CompareError(str(exc)) from None
+    if "config" in runs.columns:   # repeats on demand: the first stage's size, as each run's config records it
+        runs = runs.assign(repeats_first_stage=[_first_stage_of(c) for c in runs["config"]])
     runs = hashable(query.expand_json(runs, "params") if "params" in runs.columns else runs)
     if axis not in runs.columns:
         raise CompareError(f"baseline axis {axis!r}: no run of this selection has it")

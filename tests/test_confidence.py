@@ -219,6 +219,9 @@ def test_the_report_has_a_section_against_another_study(db, tmp_path):
     assert proc.returncode == 0, proc.stderr
     html = (out / "index.html").read_text()
     assert "<h2>Against old</h2>" in html and "1 faster" in html and "1 no evidence" in html
+    assert "Holm" in html and "p adj." in html and "t-interval on the log ratio" in html
+    # per configuration, the smallest change its repeats can see, against the baseline (4 repeats a side)
+    assert "detectable change (80 % power)" in html and "±" in html
     assert (out / "against-old.csv").exists() and (out / "figures/against-old.png").stat().st_size > 10_000
     bad = scalestudy("report", "--study", "new", "--against", "nosuch", "--db", db, "--out", str(out), cwd=tmp_path)
     assert bad.returncode == 2 and "nosuch" in bad.stderr

@@ -29,6 +29,11 @@ def plan(argv: Sequence[str]) -> int:
     parser.add_argument("--repeats", type=int, default=None,
                         help="runs per node count (default: the most, up to 5, that keep the widest range of node "
                              "counts in the budget)")
+    parser.add_argument("--until", type=float, default=None, metavar="FRACTION",
+                        help="repeats on demand (sweep repeats.until): each node count's repeats grow until its "
+                             "interval is within ± this (0.03), from a first stage of --repeats (default 3) to at "
+                             "most --most; priced at --most repeats, what the sweep may run")
+    parser.add_argument("--most", type=int, default=10, help="with --until: repeats a node count may reach (default 10)")
     parser.add_argument("--nodes", default=None, help="candidate node counts (default 1,2,4,... up to the site's max)")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default: what the study's runs ran)")
     parser.add_argument("--out", default=None, help="file for the sweep overrides (default plan-STUDY-SITE.txt)")
@@ -57,6 +62,14 @@ def _settings(args) -> dict[str, str]:
         raise ValueError(f"--repeats {args.repeats}: expected >= 1")
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps {args.steps}: expected >= 1")
+    if args.until is not None:
+        if not 0 < args.until < 1:
+            raise ValueError(f"--until {args.until}: expected a fraction between 0 and 1 (0.03: ±3 %)")
+        args.repeats = args.repeats or 3
+        if args.repeats < 2:
+            raise ValueError(f"--repeats {args.repeats}: repeats on demand need a first stage of at least 2")
+        if args.most < args.repeats:
+            raise ValueError(f"--most {args.most}: expected at least the first stage's {args.repeats} repeats")
     return settings
 
 
@@ -101,7 +114,9 @@ def _plan(args, settings: dict[str, str]) -> int:
     candidates = parse_counts("--nodes", args.nodes) if args.nodes else \
         [2 ** i for i in range(int(math.log2(site.max_nodes)) + 1)]
     try:
-        result = choose_plan(fit, algorithm, site, args.budget, args.repeats, candidates, wpn, steps)
+        # repeats on demand may run --most repeats of every size: the budget must hold them
+        priced = args.most if args.until is not None else args.repeats
+        result = choose_plan(fit, algorithm, site, args.budget, priced, candidates, wpn, steps)
     except PredictError as exc:
         return fail(f"{exc}" + ("" if site.network else f" (site {site.name} has no network: block)"))
     except ConfigError as exc:
@@ -112,12 +127,17 @@ def _plan(args, settings: dict[str, str]) -> int:
     unvalidated = unvalidated_on(engine, fit, site)
     if unvalidated:
         print(f"UNVALIDATED on site {site.name}: {unvalidated}")
+    if args.until is not None:
+        print(f"repeats on demand: priced at {args.most} repeat(s) a node count, the most the sweep may run "
+              f"(±{100 * args.until:g} % from a first stage of {args.repeats}); it runs fewer where the first stage "
+              "is steady enough")
     if not _print_sizes(args.budget, result):
         return 2
     from ..sweep.prediction import fitted_on
 
     devices = {device for _, _, device in fitted_on(engine, fit["run_ids"])}
-    lines = _sweep_lines(study, site, algorithm, shape, wpn, steps, result, devices.pop() if len(devices) == 1 else None)
+    lines = _sweep_lines(study, site, algorithm, shape, wpn, steps, result, devices.pop() if len(devices) == 1 else None,
+                         (args.until, args.most, args.repeats) if args.until is not None else None)
     out = Path(args.out or f"plan-{study}-{site.name}.txt")
     try:
         out.write_text("\n".join(lines) + "\n")
@@ -157,7 +177,7 @@ def _print_sizes(budget: float, result) -> bool:
 
 
 def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, result,
-                 device: str | None = None) -> list[str]:
+                 device: str | None = None, on_demand: tuple[float, int, int] | None = None) -> list[str]:
     """One ``scalestudy sweep`` command per queue and walltime: the runs as priced."""
     import shlex
 
@@ -168,8 +188,12 @@ def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, 
         overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
                      f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",
                      f"threads_per_node={wpn * shape['threads_per_worker']}", "epochs=1", f"steps_per_epoch={steps}",
-                     f"sync_every={shape['sync_every']}", f"nodes={','.join(map(str, nodes))}",
-                     f"repeat={','.join(map(str, range(result.repeats)))}"]
+                     f"sync_every={shape['sync_every']}", f"nodes={','.join(map(str, nodes))}"]
+        if on_demand is None:
+            overrides.append(f"repeat={','.join(map(str, range(result.repeats)))}")
+        else:   # the first stage, then the rule
+            until, most, first = on_demand
+            overrides += [f"repeat={','.join(map(str, range(first)))}", f"repeats.until={until:g}", f"repeats.most={most}"]
         if shape.get("dataset"):
             overrides.insert(4, f"dataset={shape['dataset']}")
         if device:   # the device the fitted runs ran on: what was priced (a GPU site's default would differ)

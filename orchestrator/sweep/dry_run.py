@@ -37,13 +37,17 @@ from .observer import SweepJob
 from .runspec import run_key
 
 
-def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int, str]) -> None:
+def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int, str], rule=None) -> None:
     site, specs = admitted.site, admitted.specs
     out = Console(highlight=False, soft_wrap=True)
     launching = [(j, s) for j, s in zip(jobs, specs) if run_key(s) not in admitted.done]
     out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {admitted.study} on site {site.name} "
               f"({site.provider}, {site.mpi_launcher}), {len(launching)} would launch{admitted.done_note}; "
               "nothing is submitted")
+    extra = extra_counts(rule, specs)
+    if rule is not None:
+        out.print(f"{rule.describe()}: after these, up to {len(extra)} more run(s) ({rule.most - rule.first_stage} "
+                  "a configuration), decided by the first stage's results; the node-hours 'at most' below count them")
     for job, spec in zip(jobs, specs):
         if run_key(spec) in admitted.done:
             out.print(f"skip #{job.idx} {labels[job.idx]}: already done (--rerun forces)")
@@ -54,7 +58,7 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
     with tempfile.TemporaryDirectory(prefix="scalestudy-dry-run-") as scratch:
         policy = admitted.retry_policy
         attempts = 1 + policy.crash + policy.timeout + policy.node_lost
-        modes = _print_batch_jobs(out, site, counts, attempts, Path(scratch)) \
+        modes = _print_batch_jobs(out, site, counts, attempts, Path(scratch), extra) \
             if site.scheduler.batch_jobs and counts else {}
         if not site.scheduler.batch_jobs:
             out.print("\n" + preview_batch_script(site, BatchJob(nodes=1, holds=(1,)), Path(scratch))[0])
@@ -75,13 +79,24 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
     if admitted.prediction.note:
         out.print(f"\n{admitted.prediction.note}")
     if site.scheduler.batch_jobs:
-        _print_charges(out, site, modes, len(counts), attempts)
+        _print_charges(out, site, modes, len(counts) + len(extra), attempts)
 
 
-def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], attempts: int, scratch: Path) -> dict:
+def extra_counts(rule, specs) -> list[int]:
+    """Node counts of the runs repeats on demand may add at most (``repeats.most`` a configuration)."""
+    if rule is None:
+        return []
+    from .repeats_on_demand import configuration_key
+
+    firsts = {configuration_key(s): s.nodes for s in specs if s.repeat < rule.first_stage}
+    return [nodes for nodes in firsts.values() for _ in range(rule.most - rule.first_stage)]
+
+
+def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], attempts: int, scratch: Path,
+                      extra: Sequence[int] = ()) -> dict:
     """Each allocation mode's batch jobs (this sweep's mode first); mode -> (batch jobs,
     node-hours if the runs fit their jobs, node-hours at most), or the reason the mode cannot
-    take the sweep."""
+    take the sweep. ``extra``: runs repeats on demand may add, counted in "at most" only."""
     modes: dict[str, tuple[int, float, float] | str] = {}
     for mode in (site.allocation, *(m for m in ALLOCATIONS if m != site.allocation)):
         mode_site = with_allocation(site, mode)
@@ -92,7 +107,7 @@ def _print_batch_jobs(out: Console, site: SiteConfig, counts: list[int], attempt
             continue
         planned = sum(node_hours(mode_site, job)[1] for job in jobs)
         # every attempt of every run a job holds, each in a batch job like it
-        bound = sum(node_hours(mode_site, job)[1] * attempts * sum(1 for n in counts if n in job.holds)
+        bound = sum(node_hours(mode_site, job)[1] * attempts * sum(1 for n in (*counts, *extra) if n in job.holds)
                     for job in jobs)
         modes[mode] = (len(jobs), planned, bound)
         out.print(f"\n[bold]allocation: {mode}[/bold]" + (" (this sweep's)" if mode == site.allocation else

@@ -157,6 +157,7 @@ class ParslLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
+        self.follow_ups: list[list[str]] = []   # jobs the last launch's observer asked for (SweepObserver)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -201,6 +202,7 @@ class ParslLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
+        self.follow_ups = []
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -223,6 +225,7 @@ class ParslLauncher(Launcher):
         ordered = [results[j.idx] for j in jobs]
         with timed("report"):
             observer.close(ordered)
+        self.follow_ups = [list(job) for job in getattr(observer, "follow_ups", ())]
         return [absorbed(r) for r in ordered] if observer.absorbs_failures else ordered
 
     def _run(self, observer: SweepObserver, plan: LaunchPlan, to_run: list[SweepJob], results: dict[int, JobReturn],

@@ -101,7 +101,9 @@ class SweepObserver(Protocol):
         (a retry; the observer has recorded the attempt that ended)."""
 
     def close(self, results: Sequence[JobReturn]) -> None:
-        """Called once all jobs ended (or the sweep was interrupted)."""
+        """Called once all jobs ended (or the sweep was interrupted). An observer may then set
+        ``follow_ups``, override lists of jobs it asks to run next (repeats on demand); the
+        launcher hands them to the sweeper (``launcher.follow_ups``), which launches them."""
 
 
 class HydraJobsObserver:

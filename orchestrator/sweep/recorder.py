@@ -81,6 +81,8 @@ class SweepRecorder:
         self._last_lost_check = 0.0
         self._ended_seen: dict[int, float] = {}          # job idx -> when its batch job was first seen ended
         self.predicted: dict[int, float] = {}            # job idx -> the run seconds the study's fit predicted
+        self.overrides: dict[int, list[str]] = {}        # job idx -> its override lines (repeats on demand)
+        self.follow_ups: list[list[str]] = []            # jobs asked for once this launch has ended
 
     # -- before anything is submitted ---------------------------------------------------
 
@@ -93,6 +95,7 @@ class SweepRecorder:
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
             self.labels[job.idx] = run_label(spec, swept)
+            self.overrides[job.idx] = list(job.overrides)
         plan = LaunchPlan(site=admitted.site, submit=[False] * len(jobs), batch_jobs=admitted.batch_jobs,
                           launcher_options={j.idx: launch_flags(admitted.site, s.threads_per_worker,
                                                                 s.workers_per_node, s.device)
@@ -101,7 +104,7 @@ class SweepRecorder:
             from .dry_run import print_dry_run
 
             self._notes(admitted)
-            print_dry_run(admitted, jobs, self.labels)
+            print_dry_run(admitted, jobs, self.labels, self._repeat_rule())
             return plan
         if admitted.prediction.note:
             self.console.print(f"[dim]{admitted.prediction.note}[/dim]")
@@ -400,7 +403,37 @@ class SweepRecorder:
             folders = sorted({str(self.jobs_dir)}) if self.jobs_dir else []
             self.console.print(f"[yellow]{len(self.not_ingested)} finished run(s) are not in the database yet; when "
                                f"it is back: scalestudy ingest {' '.join(folders)}[/yellow]")
+        if not outcome.stopped:
+            self.db.write("deciding repeats on demand", self._repeats_on_demand, study)
         self.engine.dispose()
+
+    def _repeat_rule(self):
+        """The sweep's repeats-on-demand rule, where the sweeper set one on its jobs."""
+        from .repeats_on_demand import rule_of
+
+        stages = {int(line.split("=", 1)[1]) for lines in self.overrides.values() for line in lines
+                  if line.startswith("repeats.first_stage=")}   # the sweeper's, on every job of the rule's sweeps
+        return rule_of(self.config, stages.pop()) if len(stages) == 1 else None
+
+    def _repeats_on_demand(self, study: str) -> None:
+        """After a first stage (``repeats.first_stage`` set by the sweeper): the repeats each
+        configuration still needs, as ``follow_ups`` (``repeats_on_demand``)."""
+        from results_db import query
+
+        from .repeats_on_demand import decide, follow_up_jobs, summary
+
+        rule = self._repeat_rule()
+        if rule is None or not any(s.repeat < rule.first_stage for s in self.specs.values()):
+            return   # no rule, or this is the second phase itself
+        runs = query.runs(self.engine, study=study, where="status=done")
+        column = rule.metric
+        if column not in runs.columns:
+            runs = query.expand_json(runs, "metrics")
+        values = {} if column not in runs.columns else \
+            {k: v for k, v in zip(runs["run_key"], runs[column]) if v is not None and v == v}
+        decisions = decide(rule, {i: (self.overrides[i], s) for i, s in self.specs.items()}, values)
+        self.follow_ups = follow_up_jobs(decisions, rule.first_stage)
+        self.console.print(summary(rule, decisions))
 
 
 def inherited_preset_note(config: DictConfig, specs: Sequence[RunSpec], console: Console) -> None:

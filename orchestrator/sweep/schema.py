@@ -53,6 +53,8 @@ RETRY_KEYS: dict[str, tuple[Any, str]] = {
     "node_lost": (2, "retries of a run whose batch job or node died under it (on a new allocation)"),
 }
 MISSING = "???"
+# repeats.*: repeats on demand (orchestrator/sweep/repeats_on_demand.py declares them)
+from .repeats_on_demand import REPEAT_KEYS  # noqa: E402
 
 
 def config_default(f: RunField) -> Any:
@@ -86,6 +88,7 @@ def _build_schema() -> type:
     for key, (default, _) in SETTINGS.items():
         top[key] = default
     nested["retries"] = {k: d for k, (d, _) in RETRY_KEYS.items()}
+    nested["repeats"] = {k: d for k, (d, _) in REPEAT_KEYS.items()}
     fields: list[tuple[str, Any, Any]] = [(k, Any, _field(v)) for k, v in top.items()]
     for group, values in nested.items():
         node = dataclasses.make_dataclass(f"{group.title()}Config", [(k, Any, _field(v)) for k, v in values.items()])
@@ -124,6 +127,7 @@ def key_help() -> list[tuple[str, Any, str]]:
     rows += [(f"workload.{k}", d, h) for k, (d, h) in WORKLOAD_KEYS.items() if k != "kind"]
     rows += [(k, d, h) for k, (d, h) in SETTINGS.items()]
     rows += [(f"retries.{k}", d, h) for k, (d, h) in RETRY_KEYS.items()]
+    rows += [(f"repeats.{k}", d, h) for k, (d, h) in REPEAT_KEYS.items() if k != "first_stage"]
     return rows
 
 
@@ -137,7 +141,8 @@ register()
 _NOT_IN = re.compile(r"(?:In '(?P<source>[^']+)':.*?)?Key '(?P<key>[^']+)' (?:not in|is not in struct)(?: '(?P<node>\w+)')?",
                      re.DOTALL)
 _NO_OVERRIDE = re.compile(r"Could not (?:override|append to config)[^']*'(?P<key>[^']+)'")
-_NODE_PREFIX = {"ImbalanceConfig": "imbalance.", "WorkloadConfig": "workload.", "RetriesConfig": "retries."}
+_NODE_PREFIX = {"ImbalanceConfig": "imbalance.", "WorkloadConfig": "workload.", "RetriesConfig": "retries.",
+                "RepeatsConfig": "repeats."}
 
 
 def unknown_key(key: str, source: str | None = None) -> str:

@@ -11,6 +11,8 @@ its batch — and skips only that check, and only for the Parsl launcher. Its pa
 ones Hydra's plugin documentation and its own sweeper plugins use: ``Sweeper``,
 ``Plugins.instantiate_launcher``, ``OverridesParser`` and the ``Override`` methods for sweeps.
 ``tests/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
+With ``repeats.until`` it runs a second phase of the jobs the launcher's observer asks for once
+the first has ended (``repeats_on_demand``: the repeats each configuration still needs).
 """
 
 from __future__ import annotations
@@ -69,23 +71,50 @@ class ScalestudySweeper(Sweeper):
                                                                task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from .launcher import ParslLauncher
-
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        jobs = job_overrides(parser.parse_overrides(lines))
+        parsed = parser.parse_overrides(lines)
+        jobs = job_overrides(parsed)
+        rule = self._repeat_rule(parsed, jobs)
+        if rule is not None:   # every run records the first stage's size: compare reads it
+            jobs = [[*job, f"repeats.first_stage={rule.first_stage}"] for job in jobs]
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns: List[Sequence[JobReturn]] = []
         initial_job_idx = 0
+        follow_ups: List[List[str]] = []
         for batch in batches(jobs, self.max_batch_size):
-            if not isinstance(self.launcher, ParslLauncher):   # it composes every job itself, first
-                self.validate_batch_is_legal(batch)
-            results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
-            for result in results:
-                _ = result.return_value   # a failed job raises here, as with Hydra's basic sweeper
-            initial_job_idx += len(batch)
-            returns.append(results)
+            initial_job_idx = self._launch(batch, initial_job_idx, returns)
+            follow_ups += getattr(self.launcher, "follow_ups", [])
+        if follow_ups:   # repeats on demand: the second phase, decided by the first (repeats_on_demand)
+            for batch in batches(follow_ups, self.max_batch_size):
+                initial_job_idx = self._launch(batch, initial_job_idx, returns)
         return returns
+
+    def _launch(self, batch: List[List[str]], initial_job_idx: int, returns: List[Sequence[JobReturn]]) -> int:
+        from .launcher import ParslLauncher
+
+        assert self.launcher is not None
+        if not isinstance(self.launcher, ParslLauncher):   # it composes every job itself, first
+            self.validate_batch_is_legal(batch)
+        results = self.launcher.launch(batch, initial_job_idx=initial_job_idx)
+        for result in results:
+            _ = result.return_value   # a failed job raises here, as with Hydra's basic sweeper
+        returns.append(results)
+        return initial_job_idx + len(batch)
+
+    def _repeat_rule(self, parsed: Sequence[Override], jobs: List[List[str]]):
+        """Repeats on demand, checked before anything runs (one line naming the key)."""
+        from .repeats_on_demand import first_stage, rule_of
+
+        assert self.config is not None
+        for override in parsed:
+            key = override.get_key_element().lstrip("+")
+            if key.startswith("repeats.") and override.is_sweep_override():
+                from ..errors import ConfigError
+                raise ConfigError(key, override.input_line, "repeats.* set the sweep's rule: one value, not a sweep")
+        if OmegaConf.select(self.config, "repeats.until") is None:
+            return None
+        return rule_of(self.config, first_stage(jobs))

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, func, select
 from workloads.run_folder import STEP_PHASES
 from workloads.spec import FIELD
 
-from .. import compare, query
+from .. import compare, metric_facts, query
 from ..schema import Round, Step
 from .grid import Grid, build_grid
 
@@ -342,4 +342,8 @@ def metric_by_config(sr: StudyRuns, column: str) -> pd.DataFrame:
     stats = (frame.groupby("config", sort=False)[column]
              .agg(value_mean="mean", value_std="std", repeats="count").reset_index())
     stats["value_std"] = stats["value_std"].fillna(0.0)
+    try:   # which way it is better, where its config declares it (metric_facts): said on the axis
+        stats.attrs["better"] = metric_facts.measure_of(column, frame["config"] if "config" in frame else ()).better
+    except metric_facts.MetricDirectionError:
+        pass
     return used(stats, frame["run_id"])

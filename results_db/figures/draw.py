@@ -390,5 +390,6 @@ def metric_bars(frame: pd.DataFrame, fig: Figure, name: str) -> None:
     x = np.arange(len(frame))
     ax.bar(x, frame["value_mean"], yerr=frame["value_std"], capsize=3, color="#4c72b0")
     _config_ticks(ax, frame["config"])
-    ax.set_ylabel(name)
+    better = frame.attrs.get("better")
+    ax.set_ylabel(f"{name} ({better} is better)" if better else name)
     ax.grid(alpha=0.3, axis="y")

@@ -70,7 +70,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     missing_any = (table["status"] != "done").any() if not table.empty else False
     heads = [label_of(a) for a in axes] + ["ranks", "runs", "throughput (samples/s)"]
     if baseline:
-        heads += [f"speedup vs {baseline_words(baseline)}", f"efficiency vs {baseline_words(baseline)}"]
+        heads += [f"speedup vs {baseline_words(baseline)}", f"efficiency vs {baseline_words(baseline)}",
+                  "detectable change (80 % power)"]
     heads += ["final top-1 accuracy"]
     if has_tta:
         heads += [f"seconds to top-1 ≥ {float(table['target_top1'].dropna().iloc[0]) * 100:.0f} %"
@@ -97,6 +98,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
                 row.get("speedup")))
             cells.append(_cell("efficiency", with_interval(row, "efficiency", fmt(row.get("efficiency"), 3)),
                                row.get("efficiency")))
+            detectable = row.get("detectable")
+            cells.append(_cell("detectable", "-" if _missing(detectable) else f"±{100 * detectable:.1f} %", detectable))
         cells.append(_cell("final_top1", mean_std(row.get("top1_mean"), row.get("top1_std"), row.get("runs"), 1,
                                                   scale=100, unit=" %"), row.get("top1_mean")))
         if has_tta:
@@ -128,7 +131,9 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
               "repeats (runs that differ only in seed or repeat index). Speedup and efficiency are given with "
               f"their {interval_words()} over the repeats of the configuration and of the baseline "
               "(with fewer repeats on a side: mean ± std, or the value alone); the baseline's own row has none. "
-              "Efficiency is speedup × baseline ranks ÷ ranks. How each method was checked: docs, "
+              "Efficiency is speedup × baseline ranks ÷ ranks. Detectable change: the smallest difference from the "
+              "baseline that these repeats would find with 80 % power (from 3 repeats a side; with 3 repeats the "
+              "noise it rests on is itself uncertain by about half). How each method was checked: docs, "
               "\"compare with confidence\".") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
                                             "configuration's repeats. No axis to compare against was swept.")
     rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]

@@ -100,6 +100,11 @@ def check_baseline(sr: StudyRuns, baseline: str) -> tuple[str, object]:
                       f"(finished runs have {axis} = {shown})")
 
 
+# what the configuration table takes from compare: ratios, their intervals, the smallest change detectable
+COMPARED = ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high",
+            "detectable")
+
+
 def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: float | None) -> pd.DataFrame:
     """One row per configuration (repeats pooled): throughput, speedup and efficiency against
     ``baseline``, final accuracy, time to ``target``; configurations of the grid with no
@@ -128,8 +133,7 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         frame["samples_per_joule"] = per_joule.groupby(measured["config"], sort=False).mean() \
             .reindex(frame["config"]).to_numpy()
     frame["status"] = "done"
-    for column in ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low",
-                   "efficiency_high"):
+    for column in COMPARED:
         frame[column] = float("nan")
     if baseline:
         axis, value = check_baseline(sr, baseline)
@@ -138,8 +142,7 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         except compare.CompareError as exc:
             raise ReportError(f"baseline {baseline}: {exc}") from None
         table = table.assign(config=[sr.label(row) for _, row in table.iterrows()]).set_index("config")
-        for column in ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low",
-                       "efficiency_high"):
+        for column in COMPARED:
             frame[column] = [table[column].get(c, float("nan")) for c in frame["config"]]
     tta = derived.time_to_accuracy(engine, sr, target)
     if not tta.empty:
