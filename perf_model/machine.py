@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from workloads.allreduce_traffic import RABENSEIFNER, node_link_bytes
+
 
 @dataclass(frozen=True)
 class Host:
@@ -36,15 +38,23 @@ class Host:
 
 @dataclass(frozen=True)
 class Network:
-    """A site's per-message latency (s) and injection bandwidth per node (bytes/s).
+    """A site's per-message latency (s) and bandwidth per node (bytes/s each way: what one node's
+    link carries, all its NICs together).
 
-    Across nodes a node's ranks share its bandwidth: with ranks placed node by node, the
-    reduce-scatter's first log2(nodes) halving steps pair every rank with one on another
-    node, and those steps carry most of the bytes (N/2 + N/4 + ...). On one node the site
-    file has no shared-memory numbers, and its network's stand in, undivided."""
+    Across nodes an allreduce's bandwidth time is what one node's link must carry over B
+    (``workloads.allreduce_traffic.node_link_bytes``, sources there): 2(N-1)/N x S for MPICH's
+    reduce-scatter + allgather with the ranks placed node by node, 2(P-1)/P x S for a ring,
+    whatever the ranks per node w (the model before issue 51 charged w x 2(P-1)/P x S, as if each
+    of a node's w ranks sent its whole buffer across the link). On one node the site file has no
+    shared-memory numbers, and its network's stand in: each rank's 2(P-1)/P x S at B, undivided."""
     latency: float
     node_bandwidth: float
     source: str
 
-    def per_rank(self, workers_per_node: int, nodes: int) -> tuple[float, float]:
-        return self.latency, self.node_bandwidth / (workers_per_node if nodes > 1 else 1)
+    def transfer_seconds(self, nbytes: float, nodes: int, workers_per_node: int,
+                         algorithm: str = RABENSEIFNER) -> float:
+        """The bandwidth part of one allreduce of ``nbytes`` per rank (latency aside)."""
+        if nodes > 1:
+            return float(node_link_bytes(nbytes, nodes, workers_per_node, algorithm)) / self.node_bandwidth
+        ranks = nodes * workers_per_node
+        return 2 * (ranks - 1) / ranks * nbytes / self.node_bandwidth if ranks > 1 else 0.0

@@ -17,8 +17,12 @@ A step of P ranks (``perf_model.terms``):
   a rank's mean recorded step less C), and with ``apply_all`` the update counts once per
   round taken, more than one per gradient computed;
 - A(P) = m 2 ceil(log2 P) lat + 2(P - 1)/P N / bw, the step's m collectives of N bytes in
-  all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and bw
-  fitted on this machine or taken from a site's ``network:`` (``Network``);
+  all (``terms.allreduce_seconds``: MPICH's reduce-scatter + allgather), with lat and the
+  per-rank bw fitted on this machine; or, with a site's ``network:`` (``Network``: latency,
+  bandwidth B per node), m 2 ceil(log2 P) lat + L / B, L what one node's link carries for the
+  algorithm's allreduce (``workloads.allreduce_traffic.node_link_bytes``, ``TRAFFIC``: over k
+  nodes L = 2(k - 1)/k N for MPICH's, 2(P - 1)/P N for ddp's ring, whatever the ranks per
+  node; on one node the network stands in for shared memory, 2(P - 1)/P N / B);
 - h, the measured hidden share of this algorithm; U its measured update (the median step's),
   and for eager-SGD the weights' averaging after each synchronous round, A(P) of the
   model's bytes once in ``sync_every`` steps;
@@ -46,12 +50,19 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from workloads.allreduce_traffic import RABENSEIFNER, RING
+
 from .eager_rounds import EagerSteps, eager_steps
 from .machine import Host, Network
-from .terms import (allreduce_messages, allreduce_seconds, compute_seconds, crowding_exposure, injected_wait_eager,
+from .terms import (allreduce_messages, compute_seconds, crowding_exposure, injected_wait_eager,
                     injected_wait_sample, injected_wait_sync, oversubscription_seconds)
 
 SYNCHRONOUS = ("sync", "ddp", "horovod")
+# whose allreduce an algorithm's runs take across nodes (``workloads.allreduce_traffic``): ddp's
+# torch.distributed runs a ring (gloo on CPU, NCCL on GPU); the engine's MPI_Iallreduce (sync,
+# eager-SGD) and Horovod's MPI ops run MPICH's reduce-scatter + allgather. (Horovod on GPUs and the
+# engine's torch_distributed data path run NCCL's ring; the fit does not record the data path.)
+TRAFFIC = {"ddp": RING}
 EAGER = ("eager_solo", "eager_majority")
 DEFAULT_BAND = 0.9
 
@@ -142,14 +153,16 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
             wait = max(wait, injected_wait_sample(ranks, k, d, sample))
     comm = averaging = 0.0
     if ranks > 1 and shape.get("gradient_bytes"):
-        if network is not None:
-            lat, bw = network.per_rank(shape["workers_per_node"], nodes)
-        else:
-            lat, bw = params["allreduce"]["latency"], params["allreduce"]["bandwidth"]
         m, n = shape["collectives_per_step"], shape["gradient_bytes"]
-        comm = m * float(allreduce_messages(ranks)) * lat + 2 * (ranks - 1) / ranks * n / bw
+        if network is not None:   # a site's: what a node's link carries for the algorithm's allreduce
+            lat = network.latency
+            moved = network.transfer_seconds(n, nodes, shape["workers_per_node"], TRAFFIC.get(algorithm, RABENSEIFNER))
+        else:                     # fitted on this machine: per-rank bandwidth
+            lat, bw = params["allreduce"]["latency"], params["allreduce"]["bandwidth"]
+            moved = 2 * (ranks - 1) / ranks * n / bw
+        comm = m * float(allreduce_messages(ranks)) * lat + moved
         if algorithm in EAGER:   # the weights' averaging after each synchronous round: as many bytes, not hidden
-            averaging = float(allreduce_seconds(n, ranks, lat, bw)) / segment
+            averaging = (float(allreduce_messages(ranks)) * lat + moved) / segment
     exposed = (1 - shape["hidden"]) * comm
     update = shape["update_seconds"] * rounds_per_gradient + averaging
     crowd = params.get("oversubscription", {})

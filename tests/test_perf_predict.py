@@ -90,11 +90,18 @@ def test_prediction_follows_its_equation():
     # the band comes from the refits: compute +-5 % moves the step by about that much
     assert row["step_low"] < row["step_seconds"] < row["step_high"]
     assert row["step_high"] - row["step_low"] == pytest.approx(0.9 * 0.1 * c, rel=0.05)
-    # a site's network: per-node bandwidth shared by a node's 4 ranks once the ring leaves the node
+    # a site's network, 4 nodes of 4 ranks: sync's MPI_Iallreduce (MPICH's halving + doubling) moves
+    # 4e6 (1/2 + 1/4) = 3e6 B out of each node in the halving's two inter-node steps, as much in
+    # the doubling: 6e6 B through a node's 8 GB/s, 0.75 ms (workloads/allreduce_traffic.py)
     net = Network(latency=2e-6, node_bandwidth=8e9, source="test")
     [far] = predict(fit, "sync", [4], 4, net).to_dict("records")
-    comm_site = 2 * 2 * 4 * 2e-6 + 2 * 15 / 16 * 4e6 / 2e9
+    comm_site = 2 * 2 * 4 * 2e-6 + 6e6 / 8e9
     assert far["comm_seconds"] == pytest.approx(0.75 * comm_site)
+    # control: before issue 51 each of the node's 4 ranks sent 2(16-1)/16 x 4e6 B across it
+    assert far["comm_seconds"] != pytest.approx(0.75 * (2 * 2 * 4 * 2e-6 + 4 * 2 * 15 / 16 * 4e6 / 8e9), rel=0.01)
+    # ddp's ring (torch.distributed): one of a node's 4 ring edges leaves it, 2(16-1)/16 x 4e6 = 7.5e6 B
+    [ring] = predict(_fit(algorithm="ddp"), "ddp", [4], 4, net).to_dict("records")
+    assert ring["comm_seconds"] == pytest.approx(0.75 * (2 * 2 * 4 * 2e-6 + 7.5e6 / 8e9))
     # one node of 4 ranks with a site's network: its numbers stand in for shared memory, undivided
     [near] = predict(fit, "sync", [1], 4, net).to_dict("records")
     assert near["comm_seconds"] == pytest.approx(0.75 * (2 * 2 * 2 * 2e-6 + 2 * 3 / 4 * 4e6 / 8e9))
@@ -473,3 +480,28 @@ def test_predict_shows_the_bands_coverage_of_the_studys_own_runs(tmp_path):
     assert "band held" in stdout and f"{held} of the 6 the fit saw, " in stdout and " of the 1 run(s) since" in stdout
     assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp_path).returncode == 0
     assert "band held" not in shown()                          # no refits, no band: nothing to measure
+
+
+def test_plan_prices_repeats_on_demand_at_their_most(fitted):
+    """``plan --until``: the budget must hold every size at ``--most`` repeats, the most the sweep may
+    run; the sweep written asks for the first stage and the rule. The control: the same budget at
+    the first stage's 3 repeats buys more sizes."""
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    common = ["plan", "study=syn", "site=polaris", "account=abc", "workers_per_node=4", "--steps", "20000",
+              "--budget", "40", "--db", url]
+    demand = scalestudy(*common, "--until", "0.03", "--most", "6", "--out", str(tmp / "od.txt"), cwd=tmp)
+    fixed = scalestudy(*common, "--repeats", "3", "--out", str(tmp / "fixed.txt"), cwd=tmp)
+    assert demand.returncode == 0 and fixed.returncode == 0, demand.stderr + fixed.stderr
+
+    def chosen(stdout):
+        return [line.split() for line in stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line) and
+                line.split()[-1] == "run"]
+    assert "priced at 6 repeat(s)" in demand.stdout
+    assert sum(float(s[5]) for s in chosen(demand.stdout)) <= 40
+    assert len(chosen(demand.stdout)) < len(chosen(fixed.stdout))
+    text = (tmp / "od.txt").read_text()
+    assert "repeat=0,1,2 repeats.until=0.03 repeats.most=6" in text
+    bad = scalestudy(*common, "--until", "3", cwd=tmp)
+    assert bad.returncode == 2 and "--until 3" in bad.stderr

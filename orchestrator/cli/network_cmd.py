@@ -1,5 +1,6 @@
 """``scalestudy network SITE``: the site's network as measured (``study=network``) beside its site
-file's nominal numbers, and the bus bandwidth the site's runs achieved (``results_db.network``)."""
+file's nominal numbers, and a lower bound on the bus bandwidth the site's runs achieved
+(``results_db.network``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def network(argv: Sequence[str]) -> int:
         prog="scalestudy network",
         description="A site's network as measured by its study=network runs (allreduce time and bus bandwidth "
                     "over message sizes, workloads/netbench.py), the latency and bandwidth fitted to them beside "
-                    "the site file's nominal numbers, and what its runs with a timeline achieved.")
+                    "the site file's nominal numbers, and at least what its runs with a timeline achieved.")
     parser.add_argument("site", help="a site name (site_configs/) or a site YAML's path")
     parser.add_argument("--study", default=None, help="only this study's runs in the achieved table")
     add_db_option(parser)
@@ -61,8 +62,10 @@ def network(argv: Sequence[str]) -> int:
     if runs.empty:
         print(f"achieved: no run with a timeline here has fused allreduces of {net.LARGE >> 20} MiB or more")
     else:
-        render(runs, "table", title=f"achieved by runs with a timeline: median busbw of fused allreduces of "
-                                    f"{net.LARGE >> 20} MiB or more")
-    print("(busbw = bytes / time x 2(n-1)/n, as nccl-tests defines it; model predict --network measured uses "
-          "the measured numbers)", file=sys.stderr)
+        render(runs, "table", title=f"achieved by runs with a timeline, at least: median busbw of fused allreduces "
+                                    f"of {net.LARGE >> 20} MiB or more, each timed to when the engine's cycle saw it "
+                                    f"complete (up to a cycle late), so a lower bound, not netbench's measure")
+    print("(busbw = bytes / time x 2(n-1)/n, as nccl-tests defines it, per rank; the fitted bandwidth is per node: "
+          "what one node's link carries for the backend's algorithm, see workloads/allreduce_traffic.py; "
+          "model predict --network measured uses the measured numbers)", file=sys.stderr)
     return 0
