@@ -2,21 +2,30 @@
 
 Launcher binding mistakes are silent: every rank on one GPU, ranks pinned to the same cores, a
 rank on the NUMA node far from its GPU, more threads than the cores it was granted. Each rank
-records its host, CPU affinity (``os.sched_getaffinity``), NUMA nodes, thread count and GPU
-(UUID, PCI bus id, NUMA node) in its ``run_start``; ingestion checks them here and stores one line
-per finding in ``runs.binding`` (an empty list: checked, nothing found; null: not recorded).
+records its host, CPU affinity (``os.sched_getaffinity``), its cgroup's cpuset size and CPU quota
+(``workloads.cpu_grant``), NUMA nodes, thread count and GPU (UUID, PCI bus id, NUMA node) in its
+``run_start``; ingestion checks them here and stores one line per finding in ``runs.binding`` (an
+empty list: checked, nothing found; null: not recorded).
 
-Ranks sharing CPUs are flagged only where the host had enough CPUs for them not to: where a
-host's ranks were confined to fewer CPUs than their threads, or bound to overlapping sets. Ranks
-that may each run on the same pool of enough CPUs (unbound) are placed by the operating system,
-and a run that puts more threads on a host than it has CPUs shares them by design (the sweep says
-so when it starts, and the performance model counts it).
+A host's CPUs are the ones the job was granted there: the cgroup's cpuset (Slurm confines a job
+to its CPUs with one), capped by a CPU quota where the cgroup has one, not ``os.cpu_count()``
+(records from before the grant was recorded fall back to the host's count). Findings:
+
+- ranks confined by their binding to fewer CPUs than their threads, where the grant had enough;
+- ranks bound to overlapping CPUs;
+- a rank bound to fewer CPUs than its threads;
+- oversubscription: more threads on a host than the CPUs its ranks may use (their CPUs, capped
+  by the quota) while they are not bound apart (unbound, each free to run anywhere, or bound to
+  overlapping sets); ranks bound apart show it as the rank(s) with more threads than CPUs;
+- ranks sharing one GPU, and a GPU on another NUMA node than its rank's CPUs.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any, Iterable
+
+from workloads.cpu_grant import format_cpus, host_cpus
 
 MAX_FINDINGS = 12
 
@@ -39,6 +48,42 @@ def _cpus(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def _threads(start: dict[str, Any]) -> int:
+    return int(start.get("threads") or 1)
+
+
+def _host_findings(host: str, ranks: list[dict[str, Any]]) -> list[str]:
+    """The CPU findings of one host's ranks."""
+    grant = host_cpus(ranks)
+    union, threads = grant.cpus, sum(_threads(s) for s in ranks)
+    allowed = grant.allowed
+    quota = (f" under a CPU quota of {format_cpus(grant.quota)}" if grant.quota is not None
+             and grant.quota < len(union) else "")
+    bound = [len(s["cpus"]) < grant.granted for s in ranks]
+    disjoint = all(not set(a["cpus"]) & set(b["cpus"]) for i, a in enumerate(ranks) for b in ranks[i + 1:])
+    found: list[str] = []
+    if len(ranks) > 1 and threads <= allowed:
+        if threads > len(union):   # confined to fewer CPUs than their threads, where the grant had them
+            found.append(f"{host}: {_ranks(s['rank'] for s in ranks)} share CPUs {_cpus(union)}: {threads} "
+                         f"threads on {len(union)} CPU(s) of the {format_cpus(allowed)} granted")
+        elif not all(set(s["cpus"]) == union for s in ranks):   # bound, and overlapping
+            for i, a in enumerate(ranks):
+                for b in ranks[i + 1:]:
+                    shared = set(a["cpus"]) & set(b["cpus"])
+                    if shared:
+                        found.append(f"{host}: {_ranks((a['rank'], b['rank']))} share CPUs {_cpus(shared)}")
+    if threads > grant.usable and threads > allowed and not (all(bound) and disjoint):
+        how = "unbound" if not any(bound) else "not bound apart"
+        who = (f"{_ranks(s['rank'] for s in ranks)} run" if len(ranks) > 1 else f"rank {ranks[0]['rank']} runs")
+        found.append(f"{host}: {who} {threads} threads on the {format_cpus(grant.usable)} CPU(s) "
+                     f"{'they' if len(ranks) > 1 else 'it'} may use ({_cpus(union)}{quota}), {how}: oversubscribed")
+    for s, is_bound in zip(ranks, bound):
+        if is_bound and _threads(s) > len(s["cpus"]):
+            found.append(f"{host}: rank {s['rank']} runs {s['threads']} threads on {len(s['cpus'])} CPU(s) "
+                         f"({_cpus(s['cpus'])})")
+    return found
+
+
 def audit(starts: list[dict[str, Any]], device: str = "cpu") -> list[str] | None:
     """One line per finding over the ranks' ``run_start`` records; None when no rank recorded
     its affinity (nothing to check, nothing guessed)."""
@@ -50,24 +95,7 @@ def audit(starts: list[dict[str, Any]], device: str = "cpu") -> list[str] | None
     for start in recorded:
         by_host[str(start.get("host", "?"))].append(start)
     for host, ranks in by_host.items():
-        union = set().union(*(set(s["cpus"]) for s in ranks))
-        threads = sum(int(s.get("threads") or 1) for s in ranks)
-        online = max([int(s.get("host_cpus") or 0) for s in ranks] + [len(union)])
-        if len(ranks) > 1 and threads <= online:
-            if threads > len(union):   # confined to fewer CPUs than their threads, on a host that had them
-                findings.append(f"{host}: {_ranks(s['rank'] for s in ranks)} share CPUs {_cpus(union)}: {threads} "
-                                f"threads on {len(union)} CPU(s) of the host's {online}")
-            elif not all(set(s["cpus"]) == union for s in ranks):   # bound, and overlapping
-                for i, a in enumerate(ranks):
-                    for b in ranks[i + 1:]:
-                        shared = set(a["cpus"]) & set(b["cpus"])
-                        if shared:
-                            findings.append(f"{host}: {_ranks((a['rank'], b['rank']))} share CPUs {_cpus(shared)}")
-        for s in ranks:
-            unbound = len(s["cpus"]) >= online
-            if int(s.get("threads") or 1) > len(s["cpus"]) and not (unbound and threads > online):
-                findings.append(f"{host}: rank {s['rank']} runs {s['threads']} threads on {len(s['cpus'])} CPU(s) "
-                                f"({_cpus(s['cpus'])})")
+        findings += _host_findings(host, ranks)
     if device == "cuda":
         owners: dict[tuple[str, str], list[int]] = defaultdict(list)
         for s in starts:

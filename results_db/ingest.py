@@ -26,6 +26,7 @@ from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from workloads.cpu_grant import host_cpus as cpus_of_host
 from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
                                   result_file)
 
@@ -243,12 +244,22 @@ class _RunTotals:
         return min((len(c) for c in self.host_cpus.values()), default=None)
 
     def host_load(self, threads_per_rank: int) -> float | None:
-        """Threads per CPU on the most crowded host: its ranks x their threads over the CPUs they
-        could run on (by hostname: virtual nodes of one machine share it). None where a host's
-        ranks recorded no affinity: nothing is guessed."""
+        """Threads per CPU on the most crowded host: its ranks' threads (as each recorded them, else
+        the spec's share) over the CPUs they could run on, capped by their cgroup's CPU quota
+        (``workloads.cpu_grant``; by hostname: virtual nodes of one machine share it). None where a
+        host's ranks recorded no affinity: nothing is guessed."""
         if not self.host_cpus or self.unrecorded:
             return None
-        return max(self.host_ranks[m] * threads_per_rank / len(c) for m, c in self.host_cpus.items() if c)
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for start in self.starts:
+            by_host.setdefault(str(start.get("host", "?")), []).append(start)
+        loads = []
+        for starts in by_host.values():
+            usable = cpus_of_host(starts).usable
+            threads = sum(int(s.get("threads") or threads_per_rank) for s in starts)
+            if usable > 0:
+                loads.append(threads / usable)
+        return max(loads, default=None)
 
 
 def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, events: RowSink | event_sink.ColumnSink,

@@ -187,6 +187,34 @@ def test_a_horovod_script(tmp_path, site):
     assert [r.status for r in _runs(db)] == ["done", "done"]
 
 
+def test_a_command_records_its_threads_and_the_binding_audit_applies(tmp_path):
+    """A command workload's ranks record the threads their program is told to run (OMP_NUM_THREADS)
+    and their CPUs, as the train loop's do: 2 ranks told to run as many threads each as this
+    machine gives them CPUs oversubscribe it and are flagged; the control, one thread each, is not."""
+    usable = len(os.sched_getaffinity(0))
+    if usable < 2:
+        pytest.skip("needs 2 CPUs")
+    show = "import os; print('threads', os.environ['OMP_NUM_THREADS'])"
+    proc = scalestudy("sweep", "study_name=cmdthreads", "nodes=1", "workers_per_node=2",
+                      f"threads_per_node=2,{2 * usable}", "workload.kind=command",
+                      f"workload.command=[python,-c,{json.dumps(show)}]", f"hydra.sweep.dir={tmp_path / 'mr'}",
+                      cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {r.threads_per_node: r for r in _runs(tmp_path / "scalestudy.db")}
+    for threads, job in ((2, "0"), (2 * usable, "1")):
+        for rank in range(2):
+            [start] = [json.loads(line) for line in (tmp_path / "mr" / job / "metrics" / f"rank-{rank}.jsonl")
+                       .read_text().splitlines() if '"run_start"' in line]
+            assert start["threads"] == threads // 2 and start["cpus"] and "cpu_quota" in start, start
+            assert f"threads {threads // 2}" in (tmp_path / "mr" / job / "output" / f"rank-{rank}.log").read_text()
+    assert runs[2].status == "done" and runs[2].binding == []
+    crowded = runs[2 * usable]
+    assert crowded.status == "done" and len(crowded.binding) == 1, crowded.binding
+    assert f"run {2 * usable} threads on the {usable} CPU(s) they may use" in crowded.binding[0]
+    assert crowded.binding[0].endswith("unbound: oversubscribed")
+    assert crowded.host_load == pytest.approx(2.0)
+
+
 def test_failures_are_stored_with_their_reason(tmp_path):
     proc = scalestudy("sweep", "study_name=fails", "nodes=1", "workers_per_node=2", "workload.kind=command",
                       "workload.command=[python,-c,'import os,sys; print(\"boom on\", os.environ[\"RANK\"]); "

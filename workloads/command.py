@@ -29,8 +29,8 @@ from pathlib import Path
 from . import report
 from .energy import HostEnergy, open_meter
 from .failure import SETUP, record_failure
-from .metrics import cpu_affinity, numa_nodes
-from .placement import bind_gpu, host_gpus, launcher_ranks, visible_gpus
+from .cpu_grant import cpu_record
+from .placement import bind_gpu, host_gpus, launcher_ranks, listed_gpu, listed_threads, visible_gpus
 from .run_folder import REPORTED_RESULT_FILE, rank_metrics_file, rank_output_file
 from .spec import RunSpec
 
@@ -110,12 +110,14 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{socket.gethostname()} (no NVIDIA driver: /proc/driver/nvidia/gpus is absent)", 1)
         bind_gpu(spec.gpu_binding, spec.gpus_per_node, spec.world_size, spec.workers_per_node, env)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    cpus = cpu_affinity()
+    # what the train loop records of where a rank ran, so that the same audit and columns apply:
+    # the threads the program is told to run and the GPU it was given
     report.append_record(metrics, "run_start", {"rank": rank, "size": spec.world_size, "host": socket.gethostname(),
                                                 "node": node, "pid": os.getpid(), "t": time.time(),
                                                 "command": program, "local_rank": local_rank,
-                                                "cpus": cpus, "numa": numa_nodes(cpus),
-                                                "host_cpus": os.cpu_count()})
+                                                "threads": listed_threads(env, spec.threads_per_worker),
+                                                **cpu_record(),
+                                                "gpu": listed_gpu(env) if spec.device == "cuda" else None})
     out_path = rank_output_file(run_dir, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:   # the host's first rank reads its energy counters (workloads/energy.py)

@@ -109,3 +109,64 @@ def visible_gpus() -> int:
         return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return 0
+
+
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+
+
+def _driver_gpus(root: str) -> list[dict[str, str]]:
+    """The driver's GPUs (``<root>/<bus id>/information``: Model, GPU UUID, Bus Location), in PCI
+    bus order, as nvidia-smi numbers them."""
+    out = []
+    try:
+        buses = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for bus in buses:
+        try:
+            text = open(os.path.join(root, bus, "information")).read()
+        except OSError:
+            continue
+        fields = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()))
+        out.append({"name": fields.get("Model", ""), "uuid": fields.get("GPU UUID", ""),
+                    "pci_bus_id": fields.get("Bus Location", bus)})
+    return out
+
+
+def listed_gpu(env: Mapping[str, str], root: str = NVIDIA_GPUS) -> dict[str, str | None] | None:
+    """The GPU a command rank was given, torch-free, for its ``run_start``: where
+    ``CUDA_VISIBLE_DEVICES`` names exactly one device, its ``visible`` name, and the driver's model
+    name, UUID and PCI bus id where they are certain (a UUID named, or ``CUDA_DEVICE_ORDER=PCI_BUS_ID``;
+    CUDA's default order is fastest first, so an index is matched to the driver's list only by
+    order of bus; the model name alone also where every GPU of the host is one model). None where
+    several or no devices are listed: which one the program uses is its own choice."""
+    listed = [d.strip() for d in env.get(VISIBLE, "").split(",") if d.strip()]
+    if len(listed) != 1:
+        return None
+    token = listed[0]
+    facts: dict[str, str | None] = {"visible": token, "name": None, "uuid": None, "pci_bus_id": None}
+    gpus = _driver_gpus(root)
+    match = None
+    if token.startswith("GPU-"):
+        match = next((g for g in gpus if g["uuid"] == token), None)
+    elif token.isdigit() and env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" and int(token) < len(gpus):
+        match = gpus[int(token)]
+    if match:
+        facts.update({"name": match["name"] or None, "uuid": match["uuid"] or None,
+                      "pci_bus_id": match["pci_bus_id"] or None})
+    elif len({g["name"] for g in gpus}) == 1:
+        facts["name"] = gpus[0]["name"] or None
+    return facts
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def listed_threads(env: Mapping[str, str], default: int) -> int:
+    """The threads a command rank's program is told to run: the first of ``THREAD_VARS`` set to a
+    positive count (OpenMP's list form ``4,2`` gives its outer level, 4), else ``default``."""
+    for name in THREAD_VARS:
+        first = env.get(name, "").split(",")[0].strip()
+        if first.isdigit() and int(first) > 0:
+            return int(first)
+    return default

@@ -27,8 +27,9 @@ from .data import Dataset, GlobalBatchSampler, load_dataset, shard
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .energy import start_host_energy
 from .imbalance import DelayInjector
-from .flops import FlopCount, count_training_flops, rank_peak
-from .metrics import MetricsWriter, cpu_affinity, numa_nodes, write_result
+from .cpu_grant import cpu_record
+from .flops import FlopCount, count_training_flops, mfu, rank_peak, total_peak
+from .metrics import MetricsWriter, write_result
 from .failure import SetupError
 from .models import build_model
 from .nccl_network import network_facts
@@ -101,12 +102,10 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     versions = library_versions()
     if gpu is not None:
         versions.update({k: gpu[k] for k in ("cuda", "nccl", "driver")})
-    cpus = cpu_affinity()
+    placement = {"host": socket.gethostname(), "threads": torch.get_num_threads(), **cpu_record(), "gpu": gpu}
     writer.run_start(
-        spec=spec.to_dict(), rank=rank, size=size, host=socket.gethostname(), pid=os.getpid(),
-        node=node_name(), job_id=scheduler_job_id(), threads=torch.get_num_threads(), cpus=cpus,
-        numa=numa_nodes(cpus), host_cpus=os.cpu_count(),
-        clock_offset=clock.offset, t=clock.now(), versions=versions, gpu=gpu,
+        spec=spec.to_dict(), rank=rank, size=size, pid=os.getpid(), node=node_name(), job_id=scheduler_job_id(),
+        clock_offset=clock.offset, t=clock.now(), versions=versions, **placement,
     )
     energy = None
     try:
@@ -114,7 +113,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
             energy = start_host_energy(comm, spec.device)
         except ValueError as exc:   # SCALESTUDY_ENERGY names no source: the site's configuration
             raise SetupError(str(exc)) from exc
-        outcome = _train_loop(spec, comm, clock, writer, Path(run_dir), device)
+        outcome = _train_loop(spec, comm, clock, writer, Path(run_dir), device, placement)
     except BaseException as exc:
         if energy is not None:
             energy.stop()
@@ -210,8 +209,20 @@ def _write_rounds(writer: MetricsWriter, rank: int, rounds) -> None:
                             staleness=record["staleness"], drift=record.get("drift"))
 
 
+def _compute_unit(placement: dict[str, Any], device: torch.device, flops: float) -> dict[str, Any]:
+    """What ``flops.total_peak`` needs of this rank: its host, threads and CPU record, and on a GPU
+    the GPU's identity on its host (UUID, PCI bus id; an index only where one GPU is listed)."""
+    unit = {k: placement.get(k) for k in ("host", "threads", "cpus", "host_cpus", "cgroup_cpus", "cpu_quota",
+                                          "cpu_quota_cgroup")}
+    gpu = placement.get("gpu") or {}
+    listed = str(gpu.get("visible") or "")
+    ident = gpu.get("uuid") or gpu.get("pci_bus_id") or (listed if listed and "," not in listed
+                                                         else f"{listed}[{device.index}]")
+    return {**unit, "device": device.type, "flops": flops, "gpu": ident if device.type == "cuda" else None}
+
+
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
-                run_dir: Path, device: torch.device) -> TrainOutcome:
+                run_dir: Path, device: torch.device, placement: dict[str, Any]) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
     data, model, flops = _build(spec, rank, device)
     delays = delay_injector(spec, size)
@@ -228,18 +239,18 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     outcome.summary["rank_summary"].update(gpu_peak_memory_bytes=peak_memory_bytes(device), gpu_utilization=busy)
     count: FlopCount = comm.bcast(flops, root=0)
     share = count.convolution / count.total if count.total > 0 else 1.0
-    peak = rank_peak(device, spec.threads_per_worker, share)
-    peaks = comm.allgather(peak.flops)
+    peak = rank_peak(device, share)
+    unit = _compute_unit(placement, device, peak.flops)
+    units = comm.allgather(unit)
     if rank == 0:
         # the parameter server (rank 0 of async_ps) computes no samples: its device is not the work's
-        computing = peaks[1:] if spec.algorithm == "async_ps" else peaks
-        total = sum(computing)
+        computing = units[1:] if spec.algorithm == "async_ps" else units
+        total = total_peak(computing)
         emulated = spec.compute == "emulated"   # slept compute: its throughput is the profile's, not this device's
         outcome.summary.update(
-            model_flops_per_sample=count.total, peak_flops=total,
-            peak_source=f"{peak.source}; summed over {len(computing)} computing rank(s)"
-                        + ("; emulated compute: no MFU" if emulated else ""),
-            mfu=float("nan") if emulated or not total > 0 else outcome.summary["throughput"] * count.total / total)
+            model_flops_per_sample=count.total, peak_flops=total.flops,
+            peak_source=f"{peak.source}; {total.source}" + ("; emulated compute: no MFU" if emulated else ""),
+            mfu=float("nan") if emulated else mfu(outcome.summary["throughput"], count.total, total.flops))
     return outcome
 
 
