@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import special   # the t distribution's functions; scipy.stats costs 0.4 s more to import
 
 LEVEL = 0.95          # the intervals' confidence level
 ALPHA = 0.05          # the test's level for a verdict (across a comparison: see ``multiplicity``)
@@ -70,7 +70,7 @@ class RatioEstimate:
         """One-sided upper bound at ``level`` (the knee's)."""
         if not self.log_se == self.log_se:
             return math.nan
-        return self.ratio * math.exp(stats.t.ppf(level, self.df) * self.log_se)
+        return self.ratio * math.exp(special.stdtrit(self.df, level) * self.log_se)
 
 
 def _side(values: np.ndarray, first_stage: int | None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -103,8 +103,8 @@ def log_ratio_test(x: np.ndarray, y: np.ndarray, level: float = LEVEL,
         se = np.sqrt(var)
         ratio = mx / my
         centre = np.log(ratio)
-        half = stats.t.ppf(0.5 + level / 2, df) * se
-        p = 2 * stats.t.sf(np.abs(centre) / se, df)
+        half = special.stdtrit(df, 0.5 + level / 2) * se
+        p = 2 * special.stdtr(df, -np.abs(centre) / se)
     nan = np.nan
     return {"ratio": ratio, "low": np.where(tied, nan, np.exp(centre - half)),
             "high": np.where(tied, nan, np.exp(centre + half)), "se": np.where(tied, nan, se),
@@ -137,7 +137,7 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float,
     x = _clean(values)
     if len(x) < 2:
         return math.nan, math.nan
-    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    half = special.stdtrit(len(x) - 1, 0.5 + level / 2) * x.std(ddof=1) / math.sqrt(len(x))
     return float(x.mean() - half), float(x.mean() + half)
 
 
@@ -147,6 +147,8 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
     x = _clean(values)
     if len(x) < MIN_MEDIAN_REPEATS:
         return math.nan, math.nan
+    from scipy import stats
+
     ci = stats.quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(level)
     return float(ci.low), float(ci.high)
 

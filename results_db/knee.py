@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from .confidence import LEVEL
 
@@ -27,7 +27,7 @@ def upper_bound(efficiency, log_se, df, level: float = LEVEL):
     """The one-sided upper bound at ``level`` (NaN where there is no interval); arrays too."""
     efficiency, log_se, df = (np.asarray(v, dtype=float) for v in (efficiency, log_se, df))
     with np.errstate(invalid="ignore"):
-        out = efficiency * np.exp(stats.t.ppf(level, df) * log_se)
+        out = efficiency * np.exp(special.stdtrit(df, level) * log_se)
     return float(out) if out.ndim == 0 else out
 
 

@@ -23,7 +23,7 @@ import math
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from .confidence import LEVEL
 
@@ -36,7 +36,7 @@ def stein_repeats(first, half_width: float, cap: int, level: float = LEVEL):
     n0 = x.shape[1]
     if n0 < 2:
         raise ValueError("repeats on demand need a first stage of at least 2 repeats")
-    t = stats.t.ppf(0.5 + level / 2, n0 - 1)
+    t = special.stdtrit(n0 - 1, 0.5 + level / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.ceil((t * x.std(axis=1, ddof=1) / (half_width * np.abs(x.mean(axis=1)))) ** 2)
     need = np.where(np.isfinite(need), need, cap)
@@ -48,4 +48,4 @@ def half_width(values: Sequence[float], first_stage: int, level: float = LEVEL) 
     """The relative half-width of the mean's interval after the rule: t_{n0-1} s0 / (sqrt(n) mean)."""
     x = np.asarray(values, dtype=float)
     s0 = x[:first_stage].std(ddof=1)
-    return float(stats.t.ppf(0.5 + level / 2, first_stage - 1) * s0 / (math.sqrt(len(x)) * x.mean()))
+    return float(special.stdtrit(first_stage - 1, 0.5 + level / 2) * s0 / (math.sqrt(len(x)) * x.mean()))

@@ -47,9 +47,10 @@ def test_every_layer_derives_from_the_registry():
     for table in (SUMMARY_COLUMNS, SWEEP_COLUMNS):
         assert "seed" in table and all(c in query.RUN_COLUMNS for c in table)
     # the Hydra schema holds exactly the registry's config keys, the workload keys, the sweep settings
-    # and the retry policy's counts
+    # and the retry policy's counts, and the repeats-on-demand rule's keys
     expected = {f.config for f in FIELDS if f.config} | {f"workload.{k}" for k in config_schema.WORKLOAD_KEYS} \
-        | set(config_schema.SETTINGS) | {f"retries.{k}" for k in config_schema.RETRY_KEYS}
+        | set(config_schema.SETTINGS) | {f"retries.{k}" for k in config_schema.RETRY_KEYS} \
+        | {f"repeats.{k}" for k in config_schema.REPEAT_KEYS}
     assert set(config_schema.config_keys()) == expected
 
 

@@ -125,6 +125,10 @@ def test_power_is_welchs_as_run_and_statsmodels_where_that_is_the_same():
     assert power.power(0.10, 0.05, 0.05, 3, 3) < pooled - 0.05
     found = power.detectable_change(0.05, 0.05, 5, 5)
     assert power.power(found, 0.05, 0.05, 5, 5) == pytest.approx(0.80, abs=1e-4)
+    # the detectable change of unequal sides, interpolated between solved shares, against a direct solve
+    for cv_a, cv_b, n_a, n_b in ((0.02, 0.07, 3, 5), (0.09, 0.01, 4, 4), (0.05, 0.03, 10, 3)):
+        found = power.detectable_change(cv_a, cv_b, n_a, n_b)
+        assert power.power(found, cv_a, cv_b, n_a, n_b) == pytest.approx(0.80, abs=0.003)
     needed = power.repeats_needed(0.05, 0.05)
     assert power.power(0.05, 0.05, 0.05, needed, needed) >= 0.8 > power.power(0.05, 0.05, 0.05, needed - 1, needed - 1)
 
@@ -301,6 +305,10 @@ def test_a_time_an_energy_and_a_users_metric_read_in_their_direction(db, tmp_pat
     bad = scalestudy("compare", "--study", "old", "--baseline", "nodes=1", "--metric", "metrics.mine", "--db", db,
                      cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "better" in bad.stderr
+    typo = scalestudy("compare", "--study", "new", "--baseline", "nodes=1", "--metric", "trian_seconds", "--db", db,
+                      cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean 'train_seconds'" in typo.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1
     sets = regression.compare_sets(query.runs(connect(db), study="old"), query.runs(connect(db), study="new"),
                                    metric="train_seconds").set_index("nodes")
     assert sets.loc[2, "verdict"] == "faster" and sets.loc[2, "change"] < 1   # less time: faster

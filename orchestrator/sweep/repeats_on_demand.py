@@ -23,17 +23,6 @@ from workloads.spec import RunSpec
 
 from ..errors import ConfigError
 
-# repeats.*: the rule's keys (orchestrator/sweep/schema.py declares them for the config)
-REPEAT_KEYS: dict[str, tuple[Any, str]] = {
-    "until": (None, "repeats on demand: add repeats to each configuration until its mean's 95 % interval is within "
-                    "± this fraction (0.03: ±3 %), from a first stage of the sweep's repeat= values (>= 2; Stein's "
-                    "two-stage rule); null: the repeats swept, no more"),
-    "most": (10, "repeats on demand: at most this many repeats of a configuration in all"),
-    "metric": ("throughput", "repeats on demand: the measured run column (or metrics.NAME) whose interval is tightened"),
-    "first_stage": (None, "set by the sweep for repeats on demand (the first stage's size): not to be given"),
-}
-
-
 @dataclass(frozen=True)
 class RepeatRule:
     until: float

@@ -53,8 +53,16 @@ RETRY_KEYS: dict[str, tuple[Any, str]] = {
     "node_lost": (2, "retries of a run whose batch job or node died under it (on a new allocation)"),
 }
 MISSING = "???"
-# repeats.*: repeats on demand (orchestrator/sweep/repeats_on_demand.py declares them)
-from .repeats_on_demand import REPEAT_KEYS  # noqa: E402
+# repeats.*: repeats on demand, the rule's keys (orchestrator/sweep/repeats_on_demand.py)
+REPEAT_KEYS: dict[str, tuple[Any, str]] = {
+    "until": (None, "repeats on demand: add repeats to each configuration until its mean's 95 % interval is within "
+                    "± this fraction (0.03: ±3 %), from a first stage of the sweep's repeat= values (>= 2; Stein's "
+                    "two-stage rule); null: the repeats swept, no more"),
+    "most": (10, "repeats on demand: at most this many repeats of a configuration in all"),
+    "metric": ("throughput", "repeats on demand: the measured run column (or metrics.NAME) whose interval is tightened"),
+    "first_stage": (None, "set by the sweep for repeats on demand (the first stage's size): not to be given"),
+}
+
 
 
 def config_default(f: RunField) -> Any:

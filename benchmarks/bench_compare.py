@@ -1,0 +1,109 @@
+"""`scalestudy compare` on a 1,000-run study, as a user runs it: it must stay interactive (goal ≤ 2 s).
+
+    python benchmarks/bench_compare.py [--runs 1000] [--repeats 5] [--before DIR] [--keep DB_FILE]
+
+Two studies of ``--runs`` runs each (200 configurations: node counts 1-128 x workers per node
+1-8 x 5 algorithms, 5 repeats each; throughput with 5 % noise, the second study 3 % faster), made
+with scalestudy's own ``register_runs`` and ``ingest_run`` as sweeps make them. Timed from outside
+as a new process (Python start-up and imports included), interleaved A B A B with ``--before DIR``
+(a checkout of an earlier commit: ``git worktree add DIR COMMIT``): ``compare --baseline nodes=1``,
+with ``--knee 0.8``, and ``--against`` the other study. Medians, min-max, and the median of the
+per-round ratios after/before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench_db_scale import template_run  # noqa: E402 - the same run folder as every database benchmark
+
+COMMANDS = {
+    "compare --baseline nodes=1": ["compare", "--study", "old", "--baseline", "nodes=1"],
+    "compare --baseline nodes=1 --knee 0.8": ["compare", "--study", "old", "--baseline", "nodes=1", "--knee", "0.8"],
+    "compare --against": ["compare", "--study", "old", "--against", "new"],
+}
+
+
+def build(url: str, runs: int, scratch: Path) -> None:
+    import numpy as np
+
+    from orchestrator.sweep.runspec import run_key
+    from results_db import connect
+    from results_db.ingest import ingest_run
+    from results_db.runs import PlannedRun, register_runs
+    from workloads.spec import RunSpec
+
+    engine = connect(url)
+    cells = list(itertools.product([1, 2, 4, 8, 16, 32, 64, 128], [1, 2, 4, 8, 16],
+                                   ["sync", "ddp", "eager_solo", "eager_majority", "async_ps"]))
+    rng = np.random.default_rng(0)
+    folder = scratch / "run"
+    for study, gain in (("old", 1.0), ("new", 1.03)):
+        planned, values = [], []
+        for i in range(runs):
+            nodes, wpn, algorithm = cells[i % len(cells)]
+            spec = RunSpec(study=study, nodes=nodes, workers_per_node=wpn, threads_per_node=wpn, batch_size=32,
+                           algorithm=algorithm, repeat=i // len(cells))
+            planned.append(PlannedRun(run_key(spec), spec.to_dict(), str(folder)))
+            values.append(gain * 100.0 * nodes * wpn * 0.9 ** np.log2(nodes) * (1 + 0.05 * rng.standard_normal()))
+        decisions = register_runs(engine, study, planned, driver="bench:0")
+        for d, value in zip(decisions, values):
+            template_run(folder, f"nid{d.run_id % 4096:05d}", float(value))
+            ingest_run(engine, d.run_id, folder)
+    engine.dispose()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--keep", default=None)
+    ap.add_argument("--before", default=None, help="a checkout of an earlier commit, run alternately with this tree")
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+    db = Path(args.keep).absolute() if args.keep else scratch / "compare.db"
+    url = f"sqlite:///{db}"
+    if not db.exists():
+        print(f"building two studies of {args.runs} runs ...", flush=True)
+        build(url, args.runs, scratch)
+    env = {**os.environ, "SCALESTUDY_DB_URL": url}
+    trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
+                                                           "after": str(REPO)}
+    times: dict[tuple[str, str], list[float]] = {(n, t): [] for n in COMMANDS for t in trees}
+    for _ in range(args.repeats):   # interleaved: A B A B, every command once per round and tree
+        for name, argv in COMMANDS.items():
+            for tree, path in trees.items():
+                t0 = time.perf_counter()
+                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
+                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
+                times[(name, tree)].append(time.perf_counter() - t0)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
+    print(f"\nwall time as a user runs it (new process), median of {args.repeats} (min-max), {args.runs} runs a study:")
+    for name in COMMANDS:
+        xs = times[(name, "after")]
+        med = statistics.median(xs)
+        line = f"  scalestudy {name:40s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'ok' if med <= 2 else 'OVER'} <= 2 s"
+        if args.before:
+            old = times[(name, "before")]
+            ratio = statistics.median([a / b for a, b in zip(xs, old)])
+            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
+        print(line)
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
