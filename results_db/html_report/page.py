@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from ..confidence import interval_words
+from ..confidence import CHECKED, interval_words
 from ..figures.data import label_of, setting
 from .provenance import Provenance
 
@@ -133,7 +133,7 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
               "(with fewer repeats on a side: mean ± std, or the value alone); the baseline's own row has none. "
               "Efficiency is speedup × baseline ranks ÷ ranks. Detectable change: the smallest difference from the "
               "baseline that these repeats would find with 80 % power (from 3 repeats a side; with 3 repeats the "
-              "noise it rests on is itself uncertain by about half). How each method was checked: docs, "
+              "noise it rests on is itself uncertain by about half). " + CHECKED + " More: the documentation's "
               "\"compare with confidence\".") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
                                             "configuration's repeats. No axis to compare against was swept.")
     rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]
