@@ -1,4 +1,4 @@
-"""eager-SGD as the paper runs it: a late rank joins the round the others reached (real MPI ranks).
+"""eager-SGD's catch-ups on real MPI ranks: the paper's mechanism and the extensions beside it.
 
 The rates here are a mechanism's signature, not a speed measurement: the compute is emulated
 (sleeps), so a delayed rank's cost is known, and the check is a ratio between runs of one
@@ -29,6 +29,16 @@ def test_partial_allreduce_catch_up_loses_nothing_and_skips(ranks, mode):
                    timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"OK {mode} {ranks} ranks" in proc.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("catch_up", ["paper", "apply_all", "latest", "lockstep"])
+def test_each_catch_up_follows_the_hand_worked_schedule(catch_up):
+    """Two ranks, one late for 0.6 s at its step 1: which gradients reach which round, what each
+    rank applies and computes, nothing lost or counted twice (tests/mpi_programs/check_schedule.py
+    works the schedule out by hand in its docstring)."""
+    proc = mpiexec(2, str(REPO / "tests" / "mpi_programs" / "check_schedule.py"), "solo", catch_up, timeout=120)
+    assert proc.returncode == 0 and f"OK solo {catch_up}" in proc.stdout, proc.stdout + proc.stderr
 
 
 def _profile(tmp_path) -> str:
@@ -106,17 +116,20 @@ def test_eager_solo_rate_does_not_carry_the_delay_while_sync_slows_by_it(tmp_pat
 @pytest.mark.mpi
 def test_catch_up_apply_all_keeps_models_identical_latest_drifts(tmp_path):
     """The models are compared at the final synchronous round, before it averages them (the
-    run's only one: resync_epochs=0). ``apply_all``: a rank that skipped rounds applied every
+    run's only one: resync_epochs=0). ``paper``: every rank computes every step and the late
+    rank applies the latest result, so it drifts until the last step's resync to rank 0's model,
+    after which every rank holds the same. ``apply_all``: a rank that skipped rounds applied every
     result it missed, so no rank drifted (drift 0);
     ``latest`` (the paper's receive buffer): a rank that skipped drifted; ``lockstep``: nobody
     skipped, drift 0. Skipping ranks computed fewer gradients than rounds, and the stored
     rates say so."""
     drift, gradients = {}, {}
     done = _run_all(tmp_path, 4, {c: {"algorithm": "eager_solo", "eager_catch_up": c, "resync_epochs": 0, **DELAY}
-                                  for c in ("apply_all", "latest", "lockstep")}, emulated=False)
+                                  for c in ("apply_all", "latest", "lockstep", "paper")}, emulated=False)
     for catch_up, (result, records) in done.items():
         steps = [sorted(r["step"] for r in rank if r.get("type") == "step") for rank in records]
-        rounds = [[r["round"] for r in rank if r.get("type") == "contribution"] for rank in records]
+        rounds = [[r["round"] for r in rank if r.get("type") == "contribution" and r.get("local") != "resync"]
+                  for rank in records]
         assert all(seen == list(range(30)) for seen in rounds)          # every rank took every round, in order
         gradients[catch_up] = result["gradients"]
         assert gradients[catch_up] == sum(len(s) for s in steps)
@@ -140,10 +153,15 @@ def test_catch_up_apply_all_keeps_models_identical_latest_drifts(tmp_path):
             assert row["rounds_per_second"] * 4 > row["gradients_per_second"]      # a rank skipped rounds
             assert (row["eager_catch_up"], row["resync_epochs"], row["sync_every"]) == ("latest", 0, 0)
             assert row["classes"] == 10          # digits: top-1 at chance is 0.1
-    assert gradients["lockstep"] == 4 * 30
+    assert gradients["lockstep"] == 4 * 30 and gradients["paper"] == 4 * 30   # every rank computes every step
     assert gradients["apply_all"] < 4 * 30 and gradients["latest"] < 4 * 30
     assert drift["apply_all"] == 0.0 and drift["lockstep"] == 0.0
     assert drift["latest"] > 0.0, drift
+    # the paper's mechanism: the late rank applied the latest result, so its model drifted from
+    # rank 0's, and the re-synchronisation (rank 0's weights and momentum) removed it on every rank
+    resyncs = [r for rank in done["paper"][1] for r in rank if r.get("type") == "contribution"
+               and r.get("local") == "resync"]
+    assert len(resyncs) == 4 and drift["paper"] > 0.0 and all(r["agreed"] for r in resyncs), resyncs
 
 
 def test_resync_period_follows_the_paper_in_epochs_and_steps_where_asked():
@@ -153,3 +171,18 @@ def test_resync_period_follows_the_paper_in_epochs_and_steps_where_asked():
     assert RunSpec(resync_epochs=2).resync_period(24) == 48
     assert RunSpec(resync_epochs=2, sync_every=5).resync_period(24) == 5
     assert RunSpec(resync_epochs=0).resync_period(24) == 0
+
+
+def test_a_catch_up_swept_beside_sync_does_not_run_sync_twice():
+    """eager_catch_up=paper,apply_all with algorithm=sync,eager_solo: sync reads no catch-up, so
+    its runs keep one key (the default), while each eager mode is a run of its own; a bad value is
+    still refused for sync."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.sweep.runspec import build_run_spec, run_key
+
+    keys = {(a, c): run_key(build_run_spec({"study_name": "k", "algorithm": a, "eager_catch_up": c}))
+            for a in ("sync", "eager_solo") for c in ("paper", "apply_all")}
+    assert keys[("sync", "paper")] == keys[("sync", "apply_all")]
+    assert keys[("eager_solo", "paper")] != keys[("eager_solo", "apply_all")]
+    with pytest.raises(ConfigError, match="eager_catch_up"):
+        build_run_spec({"study_name": "k", "algorithm": "sync", "eager_catch_up": "bogus"})

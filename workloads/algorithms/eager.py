@@ -2,21 +2,27 @@
 
 Each step's gradients go through one round of a partial allreduce
 (``workloads.comm.partial``): the round fires without waiting for late ranks, whose
-gradients join a later round. A rank that was late finds the rounds the others completed
-meanwhile and does not compute them: it goes on at the round after the last (the paper's
-persistent schedules, sec. 4.1 and 5: a delayed process contributes passively and does not
-carry its delay into later steps). What it does with the results it missed is ``catch_up``:
+gradients join a later round. What a rank that was late does is ``catch_up``:
 
-- ``apply_all`` (default): applies each missed round's result in order, one optimizer step
-  each, as every other rank did, so all models stay identical (beyond the paper, at the cost
-  of an optimizer step per missed round);
-- ``latest``: applies only the latest result, as the paper's receive buffer shows a process
-  that lagged more than one step; its weights drift until the next re-synchronisation;
-- ``lockstep``: computes every round in order, the missed ones too (the earlier behaviour:
-  a rank carries every delay it drew).
+- ``paper``: the paper's mechanism, as the authors' code runs it (``Shigangli/eager-SGD``,
+  fflib2 and ``opt_esgd_*_imagenet_imbalance.py``): every process computes each of its own
+  steps; its k-th gradient joins round k if that round has not fired yet, else the next round it
+  takes part in; it applies the latest result in its receive buffer (a process that lagged sees
+  only the newest round, and may apply it again at its next step), so models drift; solo runs
+  every 33rd round synchronously (fflib2's limiter, ``LIMITER 32``: its only bound on staleness;
+  majority has none); and every ``sync_every`` steps (``resync_epochs`` epochs, 10 by default as
+  the authors' ImageNet job: ``synchm.sh`` copies rank 0's checkpoint to every process before
+  each 10-epoch run) the models are re-synchronised to rank 0's weights and momentum;
+- ``apply_all`` (default): an extension: a late rank goes on at the round the others reached,
+  computing none of the rounds it missed, and applies each missed round's result in order, one
+  optimizer step each, so all models stay identical (no drift to re-synchronise away);
+- ``latest``: as ``apply_all``, but applies only the latest result (drifts);
+- ``lockstep``: computes every round and applies every result in order (a late rank carries
+  every delay it drew).
 
-Every ``sync_every`` steps (``resync_epochs`` epochs by default, as the authors' scripts: 10)
-and at the last step the round is fully synchronous and the weights are averaged.
+For all but ``paper``, every ``sync_every`` steps and the last step the round is fully
+synchronous and the weights are averaged; ``paper`` ends on a synchronous round and rank 0's
+weights.
 
 The partial collectives progress on the host, over MPI; on a GPU the gradients are views in
 one device buffer whose pinned host mirror (``comm.data_path.HostMirror``) is what each
@@ -39,6 +45,11 @@ from ..comm.partial import PartialAllreduce
 from ..registry import EAGER_CATCH_UP
 from .base import GradientSync, SyncOptions
 
+# fflib2's solo limiter in the authors' training op: 32 asynchronous posts, then one synchronous
+# allreduce every process joins (opt_esgd_solo_imagenet_imbalance.py, ``#define LIMITER 32``;
+# ffsolo_limiter.c): every 33rd round
+PAPER_SOLO_SYNC_EVERY = 33
+
 
 class EagerSGD(GradientSync):
     def __init__(self, model: nn.Module, comm: MPI.Comm, options: SyncOptions, mode: str) -> None:
@@ -50,11 +61,14 @@ class EagerSGD(GradientSync):
             p.grad = self._flat[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
         self._host = HostMirror(Device(device), self._flat, separate=options.data_path == "host_staging")
+        self.mode = mode
         self.engine = PartialAllreduce(self._flat.numel(), comm, mode, seed=options.seed,
                                        clock=options.clock or time.time)
         self._step = 0
         self._rounds: list[dict[str, Any]] = []
         self._synchronous = False
+        self._resync = False
+        self.resync_agreed: bool | None = None   # after the last re-synchronisation, every rank's model was rank 0's
         self._taken: list = []                   # the rounds' results this step takes, in order
         if options.catch_up not in EAGER_CATCH_UP:
             raise ValueError(f"eager-SGD catch_up {options.catch_up!r}; known: {', '.join(EAGER_CATCH_UP)}")
@@ -63,7 +77,15 @@ class EagerSGD(GradientSync):
         self._step = step
         every = self.options.sync_every
         last = self.options.total_steps - 1
-        self._synchronous = (every > 0 and (step + 1) % every == 0) or step == last
+        self._resync = (every > 0 and (step + 1) % every == 0) or step == last
+        if self._paper:   # fflib2's limiter (solo only) and the run's end
+            self._synchronous = step == last or (self.mode == "solo" and (step + 1) % PAPER_SOLO_SYNC_EVERY == 0)
+        else:
+            self._synchronous = self._resync
+
+    @property
+    def _paper(self) -> bool:
+        return self.options.catch_up == "paper"
 
     @property
     def data_path_label(self) -> str:
@@ -71,13 +93,9 @@ class EagerSGD(GradientSync):
 
     def synchronize(self) -> None:
         self._taken = self.engine.round(self._host.to_host(), self._step, synchronous=self._synchronous,
-                                        catch_up=self.options.catch_up != "lockstep")
-        for res in self._taken:
-            self._rounds.append({"round": res.round, "initiator": res.initiator, "fresh": res.fresh,
-                                 "stale": res.stale, "null": res.null, "local": res.local,
-                                 "staleness": res.staleness,
-                                 "synchronous": res.synchronous, "t0": res.t0, "t1": res.t1,
-                                 "latency": res.t1 - res.t0})
+                                        catch_up=self.options.catch_up in ("apply_all", "latest"),
+                                        latest=self._paper)
+        self._rounds.extend(self.engine.drain_log())
         self._load(self._taken[0])
 
     def _load(self, res) -> None:
@@ -86,18 +104,55 @@ class EagerSGD(GradientSync):
         self._host.to_device()
 
     def step(self) -> None:
-        applied = self._taken if self.options.catch_up != "latest" else self._taken[-1:]
+        applied = self._taken if self.options.catch_up in ("apply_all", "lockstep") else self._taken[-1:]
         for res in applied:
             if res is not self._taken[0]:
                 self._load(res)
             super().step()
-        if any(res.synchronous for res in self._taken):
+        self.engine.recycle(self._taken)
+        if self._paper and self._resync:
+            drift = self.resync_to_rank0()
+        elif not self._paper and any(res.synchronous for res in self._taken):
             drift = self.average_parameters()
-            [record] = [r for r in self._rounds[-len(self._taken):] if r["synchronous"]][-1:]
-            record["drift"] = drift
+        else:
+            return
+        if self._paper:   # its own record: the resync step's round may have completed steps ago
+            self._rounds.append({"round": self._step, "resync": True, "local": "resync", "staleness": 0,
+                                 "drift": drift, "agreed": self.resync_agreed})
+        elif self._rounds:
+            self._rounds[-1]["drift"] = drift
 
     def next_step(self, step: int) -> int:
+        if self._paper:
+            return step + 1
         return self._taken[-1].round + 1 if self._taken else step + 1
+
+    def resync_to_rank0(self) -> float:
+        """The authors' re-synchronisation: every model becomes rank 0's, weights and momentum (its
+        checkpoint copied over the others'). Returns how far this rank's weights were from rank
+        0's before it (largest absolute difference): the drift the paper's mechanism lets grow."""
+        if not self.params:
+            return 0.0
+        with torch.no_grad():
+            mine = parameters_to_vector(self.params).detach().cpu().numpy().copy()
+            root = mine.copy()
+            self.comm.Bcast(root, root=0)
+            vector_to_parameters(torch.from_numpy(root).to(self.params[0].device), self.params)
+            assert self.optimizer is not None
+            state = [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
+            has = self.comm.bcast([m is not None for m in state], root=0)
+            for p, momentum, present in zip(self.params, state, has):
+                if not present:
+                    self.optimizer.state.get(p, {}).pop("momentum_buffer", None)
+                    continue
+                buf = (momentum if momentum is not None else torch.zeros_like(p)).detach().cpu().contiguous().clone()
+                self.comm.Bcast(buf.numpy(), root=0)
+                self.optimizer.state.setdefault(p, {})["momentum_buffer"] = buf.to(p.device)
+            # every rank now holds rank 0's model: checked across ranks, not assumed (a checksum's
+            # least and largest value over ranks)
+            check = float(parameters_to_vector(self.params).double().sum().item())
+            self.resync_agreed = self.comm.allreduce(check, op=MPI.MAX) == self.comm.allreduce(check, op=MPI.MIN)
+        return float(np.abs(mine - root).max())
 
     def average_parameters(self) -> float:
         """Model averaging after a synchronous round: no rank can drift from the others.
