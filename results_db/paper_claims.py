@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from . import confidence
+
 EAGER_PAPER = "Li, Ben-Nun, Di Girolamo, Alistarh, Hoefler, PPoPP'20"
 
 
@@ -28,11 +30,54 @@ class PaperClaim:
     study: str                     # the study preset that reproduces it (its study_name)
     source: str                    # paper, section / figure / table
     what: str                      # the claim in words
-    metric: str                    # "speedup" (rounds/s over the baseline's) or "top1" (final test top-1)
+    metric: str                    # one of METRICS
     value: float
     match: dict[str, Any] = field(default_factory=dict)       # this run's axes that must equal these
     baseline: dict[str, Any] = field(default_factory=dict)    # speedup: the runs divided by
     settings: str = ""             # the paper's settings, in words
+    target: float | None = None    # seconds_to_loss: the validation loss to reach
+
+
+# what a claim's number is: "speedup" (rounds/s over the baseline's), "top1" (final test top-1),
+# "rate" (rounds per second: the paper's steps/s), "seconds_to_loss" (wall seconds until the first
+# evaluation at or below the claim's target validation loss; the runs' evaluations are needed)
+METRICS = ("speedup", "top1", "rate", "seconds_to_loss")
+
+HYPERPLANE_TARGET_MSE = 4.7   # sec. 7.2.1, Fig. 10b
+
+
+def _hyperplane_claims(study: str, scale: float) -> list[PaperClaim]:
+    """Sec. 7.2.1, Fig. 10a/10b: hyperplane regression, one process of 8 delayed 200/300/400 ms each
+    step. ``scale``: the study's time scale (1: the paper's; 0.25: every time x 1/4, so rates are
+    the paper's x 4 and times / 4; speedups are scale-free)."""
+    src = f"{EAGER_PAPER}, sec. 7.2.1"
+    hp = ("hyperplane regression, one-layer MLP of 8,193 parameters, 32,768 points, 8 processes, batch 2,048, one "
+          "process drawn each step")
+    scaled = "" if scale == 1 else f" (the paper's x {1 / scale:g}: this study's times are x {scale:g})"
+    timed = "" if scale == 1 else f" (the paper's x {scale:g}: this study's times are x {scale:g})"
+    out = []
+    for delay, sync_rate, sync_seconds in ((200, 1.64, 468.9), (300, 1.41, 545.1), (400, 1.23, 625.3)):
+        d = delay * scale
+        at = {"imbalance_delay_ms": d}
+        words = f"{hp}, {delay} ms" + ("" if scale == 1 else f" (here {d:g} ms)")
+        out += [
+            PaperClaim(study, f"{src}, Fig. 10a", f"synch-SGD steps/s at {d:g} ms{scaled}", "rate",
+                       round(sync_rate / scale, 4), {"algorithm": "sync", **at}, {}, words),
+            PaperClaim(study, f"{src}, Fig. 10a", f"eager-SGD (solo) steps/s at {d:g} ms{scaled}", "rate",
+                       round(2.45 / scale, 4), {"algorithm": "eager_solo", **at}, {}, words),
+            PaperClaim(study, f"{src}, Fig. 10a (ratio of its rates)",
+                       f"eager-SGD (solo) over synch-SGD at {d:g} ms (2.45 vs {sync_rate} steps/s)", "speedup",
+                       round(2.45 / sync_rate, 3), {"algorithm": "eager_solo", **at}, {"algorithm": "sync"}, words),
+            PaperClaim(study, f"{src}, Fig. 10b",
+                       f"synch-SGD seconds to validation MSE {HYPERPLANE_TARGET_MSE} at {d:g} ms{timed}",
+                       "seconds_to_loss", round(sync_seconds * scale, 3), {"algorithm": "sync", **at}, {}, words,
+                       HYPERPLANE_TARGET_MSE)]
+    out.append(PaperClaim(study, f"{src}, Fig. 10b",
+                          f"eager-SGD (solo) seconds to validation MSE {HYPERPLANE_TARGET_MSE}{timed}",
+                          "seconds_to_loss", round(312 * scale, 3), {"algorithm": "eager_solo"}, {},
+                          f"{hp}, 200-400 ms" + ("" if scale == 1 else f" (here {200 * scale:g}-{400 * scale:g} ms)"),
+                          HYPERPLANE_TARGET_MSE))
+    return out
 
 
 def _claims() -> tuple[PaperClaim, ...]:
@@ -61,6 +106,9 @@ def _claims() -> tuple[PaperClaim, ...]:
                    "eager-SGD (majority) over synch-SGD (Horovod), to the end of training (11,128 s vs 8,607 s)",
                    "speedup", 1.29, {"algorithm": "eager_majority"}, sync, f"{r32}, 190 epochs"),
         PaperClaim("eager_sgd_paper_resnet32", f"{EAGER_PAPER}, sec. 7.2.3, Fig. 12",
+                   "eager-SGD (solo) over synch-SGD (Horovod), to the end of training (11,128 s vs 3,534 s), at 58.0 % "
+                   "top-1 against 92.6 %", "speedup", 3.15, {"algorithm": "eager_solo"}, sync, f"{r32}, 190 epochs"),
+        PaperClaim("eager_sgd_paper_resnet32", f"{EAGER_PAPER}, sec. 7.2.3, Fig. 12",
                    "top-1 test accuracy, eager-SGD (solo)", "top1", 0.580, {"algorithm": "eager_solo"}, {}, r32),
         PaperClaim("eager_sgd_paper_resnet32", f"{EAGER_PAPER}, sec. 7.2.3, Fig. 12",
                    "top-1 test accuracy, eager-SGD (majority)", "top1", 0.900, {"algorithm": "eager_majority"}, {},
@@ -76,13 +124,21 @@ def _claims() -> tuple[PaperClaim, ...]:
         PaperClaim("eager_sgd_paper_lstm", f"{EAGER_PAPER}, sec. 7.3", "top-1 test accuracy, Horovod", "top1",
                    0.696, sync, {}, f"{lstm}, mean of 4 trainings"),
     ]
+    out += _hyperplane_claims("eager_sgd_paper_hyperplane", 1.0)
+    out += _hyperplane_claims("eager_sgd_paper_hyperplane_quarter", 0.25)
     return tuple(out)
 
 
 CLAIMS = _claims()
 
 
-def _select(runs: pd.DataFrame, match: dict[str, Any]) -> pd.DataFrame:
+def loss_target(study: str) -> float | None:
+    """The validation loss a study's paper measures time to (its ``seconds_to_loss`` claims'
+    target), or None: the report's default target for that study's time to loss."""
+    return next((c.target for c in CLAIMS if c.study == study and c.metric == "seconds_to_loss"), None)
+
+
+def select_runs(runs: pd.DataFrame, match: dict[str, Any]) -> pd.DataFrame:
     keep = pd.Series(True, index=runs.index)
     for axis, value in match.items():
         if axis not in runs.columns:
@@ -91,7 +147,7 @@ def _select(runs: pd.DataFrame, match: dict[str, Any]) -> pd.DataFrame:
     return runs[keep]
 
 
-def _settings(runs: pd.DataFrame) -> str:
+def settings_of(runs: pd.DataFrame) -> str:
     """This run's settings where they may differ from the paper's."""
     parts = []
     for axis, name in (("world_size", "ranks"), ("model", "model"), ("dataset", "data"), ("compute", "compute"),
@@ -102,32 +158,132 @@ def _settings(runs: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
-def paper_vs_run(runs: pd.DataFrame, study_preset: str) -> pd.DataFrame:
-    """One row per claim of ``study_preset``: the paper's number, this study's (mean, and for a
-    speedup the spread of the ratio over repeats: min–max of each repeat over the baseline's
-    mean), how many runs, and both settings. ``runs``: finished runs (``query.runs``)."""
+# -- this study's runs beside the claims ---------------------------------------------------------
+#
+# For a claim of one algorithm over another (a speedup), three ratios, each with its interval over
+# the repeats (``confidence.ratio_estimate``: from 3 repeats a side; with fewer, the range of each
+# repeat over the baseline's mean): rounds per second (the paper's steps/s: one process's step
+# counter; under ``paper``, ``lockstep`` and sync every rank takes every step), gradients per
+# second (under ``apply_all`` and ``latest`` a late rank skips rounds, and rounds/s overstates the
+# work), and time to the paper's target (a validation loss, or the baseline's stated top-1) as a
+# speedup, the baseline's seconds over this mode's. A claim of a rate, a time or an accuracy gives
+# this run's mean with its range over the runs. Each eager-SGD claim is answered once per
+# ``eager_catch_up`` mode the study ran: the paper's own mechanism and the extensions side by side.
+
+COLUMNS = ["claim", "source", "mode", "paper", "this_run", "spread", "rounds", "gradients", "time_to_target", "runs",
+           "paper_settings", "this_run_settings", "note", "metric"]
+
+
+def _ratio_text(mine: pd.Series, base: pd.Series) -> tuple[float, str]:
+    """(mean ratio, "1.48 [1.41, 1.55]" or "1.48 (1.40–1.57)") of ``mine`` over ``base``."""
+    mine, base = mine.dropna(), base.dropna()
+    if mine.empty or base.empty or base.mean() == 0:
+        return math.nan, ""
+    est = confidence.ratio_estimate(mine, base)
+    if est.reason:
+        return est.ratio, (f"{est.ratio:.2f} ({mine.min() / base.mean():.2f}–{mine.max() / base.mean():.2f}, "
+                           f"{len(mine)}/{len(base)} runs: {est.reason})")
+    return est.ratio, f"{est.ratio:.2f} [{est.low:.2f}, {est.high:.2f}]"
+
+
+def _seconds(runs: pd.DataFrame, evals: pd.DataFrame | None, target: tuple[str, float] | None) -> pd.Series:
+    """Per run, seconds to the target (NaN: not reached, or no evaluations)."""
+    from .query import first_reaching
+
+    if runs.empty or evals is None or target is None:
+        return pd.Series(dtype=float)
+    column, value = target
+    reached = first_reaching(evals, [int(i) for i in runs["run_id"]], value, column)
+    return reached.set_index("run_id")["seconds"].reindex([int(i) for i in runs["run_id"]])
+
+
+def _modes(runs: pd.DataFrame, claim: PaperClaim) -> list[Any]:
+    """The eager-SGD modes the study ran for this claim's eager algorithm (one None where the claim
+    is not of eager-SGD, or the runs do not say)."""
+    algorithm = claim.match.get("algorithm", "")
+    if not str(algorithm).startswith("eager") or "eager_catch_up" not in runs.columns:
+        return [None]
+    found = sorted({m for m in select_runs(runs, claim.match)["eager_catch_up"].dropna()})
+    return found or [None]
+
+
+def study_target(study: str, runs: pd.DataFrame) -> tuple[str, float] | None:
+    """What "time to the paper's target" means for this study: its claims' validation loss
+    (``seconds_to_loss``), or the final top-1 a claim states for its baseline, where one does."""
+    loss = next((c.target for c in CLAIMS if c.study == study and c.metric == "seconds_to_loss"), None)
+    if loss is not None:
+        return ("loss", loss)
+    top1 = [c.value for c in CLAIMS if c.study == study and c.metric == "top1" and c.match.get("algorithm") == "sync"]
+    return ("top1", top1[0]) if top1 else None
+
+
+def paper_vs_run(runs: pd.DataFrame, study: str, evals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per claim of ``study`` and eager-SGD mode (module docstring)."""
+    target = study_target(study, runs)
     rows = []
-    for claim in (c for c in CLAIMS if c.study == study_preset):
-        mine = _select(runs, claim.match)
-        ours, spread, note = math.nan, "", ""
-        if claim.metric == "top1":
-            values = mine["final_top1"].dropna() if "final_top1" in mine else pd.Series(dtype=float)
-            if len(values):
-                ours, spread = float(values.mean()), f"{values.min():.3f}–{values.max():.3f}"
-            else:
-                note = "not measured (emulated compute computes no accuracy)" if (
-                    "compute" in mine and (mine["compute"] == "emulated").any()) else "no finished run"
-        else:
-            base = _select(runs, {**{k: v for k, v in claim.match.items() if k != "algorithm"}, **claim.baseline})
-            rate, base_rate = (mine.get("rounds_per_second", pd.Series(dtype=float)).dropna(),
-                               base.get("rounds_per_second", pd.Series(dtype=float)).dropna())
-            if len(rate) and len(base_rate):
-                ours = float(rate.mean() / base_rate.mean())
-                spread = f"{rate.min() / base_rate.mean():.2f}–{rate.max() / base_rate.mean():.2f}"
-            else:
-                note = "no finished runs of both"
-        rows.append({"claim": claim.what, "source": claim.source, "paper": claim.value, "this_run": ours,
-                     "spread": spread, "runs": len(mine), "paper_settings": claim.settings,
-                     "this_run_settings": _settings(mine) if len(mine) else "", "note": note,
-                     "metric": claim.metric})
-    return pd.DataFrame(rows)
+    for claim in (c for c in CLAIMS if c.study == study):
+        for mode in _modes(runs, claim):
+            mine = select_runs(runs, claim.match)
+            if mode is not None:
+                mine = mine[mine["eager_catch_up"] == mode]
+            row: dict[str, Any] = {"claim": claim.what, "source": claim.source, "mode": mode or "", "paper": claim.value,
+                                   "this_run": math.nan, "spread": "", "rounds": "", "gradients": "",
+                                   "time_to_target": "", "runs": len(mine), "paper_settings": claim.settings,
+                                   "this_run_settings": settings_of(mine) if len(mine) else "", "note": "",
+                                   "metric": claim.metric}
+            if mine.empty:
+                row["note"] = "no finished run"
+            elif claim.metric == "speedup":
+                base = select_runs(runs, {**{k: v for k, v in claim.match.items() if k != "algorithm"}, **claim.baseline})
+                if base.empty:
+                    row["note"] = "no finished run of the baseline"
+                else:
+                    row["this_run"], row["rounds"] = _ratio_text(_col(mine, "rounds_per_second"),
+                                                                 _col(base, "rounds_per_second"))
+                    row["spread"] = row["rounds"]
+                    _, row["gradients"] = _ratio_text(_col(mine, "gradients_per_second"),
+                                                      _col(base, "gradients_per_second"))
+                    t_mine, t_base = _seconds(mine, evals, target), _seconds(base, evals, target)
+                    if len(t_mine.dropna()) and len(t_base.dropna()):   # a time: the baseline's over this one's
+                        _, row["time_to_target"] = _ratio_text(1 / t_mine, 1 / t_base)
+                    elif target is not None:
+                        row["time_to_target"] = "not reached" if evals is not None and not _emulated(mine) else \
+                            "not measured (emulated compute)"
+            elif claim.metric == "rate":
+                _mean_range(row, _col(mine, "rounds_per_second"), 2)
+                g = (_col(mine, "gradients_per_second") / _col(mine, "world_size")).dropna()
+                row["gradients"] = f"{g.mean():.2f} per rank ({g.min():.2f}–{g.max():.2f})" if len(g) else ""
+            elif claim.metric == "seconds_to_loss":
+                seconds = _seconds(mine, evals, ("loss", claim.target)).dropna()
+                if seconds.empty:
+                    row["note"] = "not measured (emulated compute computes no loss)" if _emulated(mine) else \
+                        f"not reached ({len(mine)} runs)"
+                else:
+                    _mean_range(row, seconds, 1)
+                    if len(seconds) < len(mine):
+                        row["note"] = f"{len(seconds)} of {len(mine)} runs reached it"
+            else:   # top1
+                values = mine["final_top1"].dropna() if "final_top1" in mine else pd.Series(dtype=float)
+                if values.empty:
+                    row["note"] = "not measured (emulated compute computes no accuracy)" if _emulated(mine) else \
+                        "no accuracy recorded"
+                else:
+                    _mean_range(row, values, 3)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _col(runs: pd.DataFrame, name: str) -> pd.Series:
+    """A column of the runs as numbers (NaN where the runs lack it: older rows, made-up tables)."""
+    return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(math.nan, index=runs.index)
+
+
+def _mean_range(row: dict, values: pd.Series, digits: int) -> None:
+    values = values.dropna()
+    if len(values):
+        row["this_run"] = float(values.mean())
+        row["spread"] = f"{values.min():.{digits}f}–{values.max():.{digits}f}"
+
+
+def _emulated(runs: pd.DataFrame) -> bool:
+    return "compute" in runs and bool((runs["compute"] == "emulated").all())

@@ -227,19 +227,39 @@ def _int_or_none(value) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
 
-def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> pd.DataFrame:
-    """Per run: wall seconds and samples until the first eval at or above ``target`` top-1 (NaN if never)."""
-    frame = evals(engine, run_ids)
+TIME_TO_TARGET_COLUMNS = ["run_id", "target", "seconds", "epoch", "samples"]
+
+
+def first_reaching(evals_frame: pd.DataFrame, run_ids: Sequence[int], target: float,
+                   metric: str = "top1") -> pd.DataFrame:
+    """Per run: wall seconds, epoch and samples of its first evaluation at or above ``target``
+    top-1 (``metric="top1"``) or at or below ``target`` validation loss (``metric="loss"``); NaN
+    seconds where none did. ``evals_frame``: rows of the evals table (``evals``)."""
+    if metric not in ("top1", "loss"):
+        raise QueryError(f"time to a target: metric {metric!r} is top1 or loss")
     rows = []
     for run_id in plain_ids(run_ids):
-        hit = frame[(frame["run_id"] == run_id) & (frame["top1"] >= target)]
+        mine = evals_frame[evals_frame["run_id"] == run_id].sort_values("epoch")
+        values = pd.to_numeric(mine[metric], errors="coerce")
+        hit = mine[values >= target] if metric == "top1" else mine[values <= target]   # NaN reaches nothing
         first = hit.iloc[0] if len(hit) else None
         rows.append({"run_id": run_id, "target": target,
                      "seconds": float(first["wall"]) if first is not None else float("nan"),
                      "epoch": _int_or_none(first["epoch"]) if first is not None else None,
                      # a user's script reporting evaluations may not count the samples seen
                      "samples": _int_or_none(first["samples_seen"]) if first is not None else None})
-    return pd.DataFrame(rows, columns=["run_id", "target", "seconds", "epoch", "samples"])
+    return pd.DataFrame(rows, columns=TIME_TO_TARGET_COLUMNS)
+
+
+def time_to_accuracy(engine: Engine, run_ids: Sequence[int], target: float) -> pd.DataFrame:
+    """Per run: wall seconds and samples until the first eval at or above ``target`` top-1 (NaN if never)."""
+    return first_reaching(evals(engine, run_ids), run_ids, target, "top1")
+
+
+def time_to_loss(engine: Engine, run_ids: Sequence[int], target: float) -> pd.DataFrame:
+    """Per run: wall seconds and samples until the first eval whose validation loss is at or
+    below ``target`` (NaN if never): a regression's time to a validation MSE (its top-1 is NaN)."""
+    return first_reaching(evals(engine, run_ids), run_ids, target, "loss")
 
 
 def evals(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:

@@ -210,7 +210,7 @@ def test_every_config_field_reaches_the_spec(f):
     """A field with a config key that build_run_spec forgot to read would be dropped
     silently; each must reach the spec, and change run_key exactly when it is identity."""
     base = {"study_name": "k"}
-    if f.name == "sync_every":   # read by eager-SGD only; other runs key it as before (runspec._KEYED_AS_BEFORE)
+    if f.name in ("sync_every", "eager_catch_up"):   # read by eager-SGD only: other runs keep the default
         base["algorithm"] = "eager_solo"
     if f.name in ("timeline_steps", "timeline_ranks"):   # they sample a timeline: one must be on
         base["timeline"] = True

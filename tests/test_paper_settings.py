@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -60,8 +61,10 @@ def _runs(rows):
 
 def test_paper_vs_run_divides_mean_rates_and_says_what_it_could_not_measure():
     """Against an independent computation on made-up runs: speedup = mean rounds/s of the
-    claim's runs over the mean of its baseline's at the same delay; range = each run over that
-    mean; accuracy of emulated runs: not measured."""
+    claim's runs over the mean of its baseline's at the same delay; with 2 repeats a side (too
+    few for an interval) the range of each run over that mean; with 3, the log-ratio interval
+    (checked against scipy's Welch on each side scaled by its mean); accuracy of emulated runs:
+    not measured; each eager mode a row of its own."""
     runs = _runs([{"algorithm": "sync", "imbalance_delay_ms": 300, "rounds_per_second": 1.0},
                   {"algorithm": "sync", "imbalance_delay_ms": 300, "rounds_per_second": 1.2},
                   {"algorithm": "eager_solo", "imbalance_delay_ms": 300, "rounds_per_second": 1.4},
@@ -72,13 +75,31 @@ def test_paper_vs_run_divides_mean_rates_and_says_what_it_could_not_measure():
     table = paper_vs_run(runs, "eager_sgd_paper_resnet50").set_index("claim")
     deep500 = table.loc["eager-SGD (solo) over synch-SGD (Deep500) at 300 ms"]
     assert deep500["paper"] == 1.25 and deep500["this_run"] == pytest.approx(1.5 / 1.1)
-    assert deep500["spread"] == f"{1.4 / 1.1:.2f}–{1.6 / 1.1:.2f}" and deep500["runs"] == 2
+    assert deep500["spread"] == f"{1.5 / 1.1:.2f} ({1.4 / 1.1:.2f}–{1.6 / 1.1:.2f}, 2/2 runs: too few repeats)"
+    assert deep500["runs"] == 2
     assert "ranks 8" in deep500["this_run_settings"] and "64 processes" in deep500["paper_settings"]
     ps = table.loc["eager-SGD (solo) over the asynchronous parameter server at 460 ms (1.19 vs 0.45 step/s)"]
     assert ps["paper"] == 2.64 and ps["this_run"] == pytest.approx(3.0)
     top1 = table.loc["top-1 test accuracy, eager-SGD (solo)"]
     assert math.isnan(top1["this_run"]) and top1["note"].startswith("not measured")
     assert paper_vs_run(runs, "another_study").empty
+    # three repeats a side and two modes: a row per mode, each ratio with its interval
+    three = _runs([{"algorithm": "sync", "imbalance_delay_ms": 300, "rounds_per_second": v, "gradients_per_second": 8 * v}
+                   for v in (1.0, 1.1, 1.2)]
+                  + [{"algorithm": "eager_solo", "imbalance_delay_ms": 300, "eager_catch_up": mode,
+                      "rounds_per_second": v, "gradients_per_second": g}
+                     for mode, vs in (("paper", (1.3, 1.4, 1.5)), ("apply_all", (1.5, 1.6, 1.7)))
+                     for v, g in zip(vs, (9.0, 9.5, 10.0))])
+    rows = paper_vs_run(three, "eager_sgd_paper_resnet50")
+    deep = rows[rows["claim"] == "eager-SGD (solo) over synch-SGD (Deep500) at 300 ms"].set_index("mode")
+    assert set(deep.index) == {"paper", "apply_all"}
+    from scipy import stats
+    x, y = np.array([1.3, 1.4, 1.5]), np.array([1.0, 1.1, 1.2])
+    half = stats.ttest_ind(x / x.mean(), y / y.mean(), equal_var=False).confidence_interval().high
+    ratio = x.mean() / y.mean()
+    assert deep.loc["paper", "rounds"] == f"{ratio:.2f} [{ratio * np.exp(-half):.2f}, {ratio * np.exp(half):.2f}]"
+    assert deep.loc["apply_all", "this_run"] == pytest.approx(1.6 / 1.1)
+    assert deep.loc["paper", "gradients"].startswith(f"{9.5 / 8.8:.2f} [")
 
 
 @pytest.mark.mpi

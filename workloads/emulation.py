@@ -20,6 +20,16 @@ add up over a backward's tensors.
 
 Gradients are zeros and evaluation is skipped (accuracy is not measured): an emulated
 run measures time, nothing else.
+
+``compute=padded`` (``PaddedCompute``) is the other way round: the model computes for real
+(real gradients, real evaluations: time to a target loss means something), and each training
+step's forward and backward are then held until they have lasted at least the profile's drawn
+times, drawn as above. It gives a cheap model the compute time of a paper's step (eager-SGD's
+hyperplane regression: ``profiles/paper_hyperplane.json``). Forward sleeps at its end; each
+gradient is held, before it is accumulated and before any engine's hook sees it, until the
+profile's fraction of the drawn backward time (from the step's start of backward) has passed,
+so the engines see gradients at the profiled moments. Where the real compute is slower than the
+profile nothing is held: a padded step lasts max(real, profiled).
 """
 
 from __future__ import annotations
@@ -27,12 +37,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
+
+from .registry import COMPUTE_KINDS, computes_for_real  # noqa: F401 - re-exported
 
 PROFILE_SCHEMA = 1
 
@@ -82,6 +95,23 @@ class ComputeProfile:
                    dict(raw.get("source", {})))
 
 
+def _ready_order(model: nn.Module, profile: ComputeProfile) -> tuple[list[nn.Parameter], list[float], bool]:
+    """The model's trainable parameters in the order the profile's backward had their gradients
+    ready, each with the fraction of backward elapsed by then, and whether the profile's timeline
+    named them all (else: evenly through backward, in reverse parameter order, backprop's rough
+    order)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    known = profile.ready_fraction
+    matched = bool(named) and all(n in known for n, _ in named)
+    if matched:
+        ready = sorted(named, key=lambda np_: known[np_[0]])
+        fractions = [known[n] for n, _ in ready]
+    else:
+        ready = list(reversed(named))
+        fractions = [(i + 1) / len(ready) for i in range(len(ready))]
+    return [p for _, p in ready], fractions, matched
+
+
 class _SleepUntil(torch.autograd.Function):
     """Identity forward; its backward sleeps until a deadline within this backward pass."""
 
@@ -122,16 +152,7 @@ class EmulatedForward:
         self.profile = profile
         self.rng = np.random.default_rng([int(seed), int(rank), 0xE7])
         self.logits_shape = logits_shape
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        known = profile.ready_fraction
-        if named and all(n in known for n, _ in named):
-            ready = sorted(named, key=lambda np_: known[np_[0]])
-            self.fractions = [known[n] for n, _ in ready]
-        else:   # no timeline, or another model's: evenly, in reverse parameter order (backprop's rough order)
-            ready = list(reversed(named))
-            self.fractions = [(i + 1) / len(ready) for i in range(len(ready))]
-        self.ready_order = [p for _, p in ready]
-        self.matched_timeline = bool(named) and all(n in known for n, _ in named)
+        self.ready_order, self.fractions, self.matched_timeline = _ready_order(model, profile)
         self.drawn: list[int] = []   # the recorded step each training forward drew (its index)
 
     def __call__(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -175,3 +196,77 @@ def emulate_compute(model: nn.Module, profile: ComputeProfile, seed: int, rank: 
     emulated = EmulatedForward(model, profile, seed, rank, logits_shape)
     model.forward = emulated   # an instance attribute: nn.Module.__call__ (and DDP) call it
     return emulated
+
+
+class _StartBackward(torch.autograd.Function):
+    """Identity forward on the model's output; its backward, the first of the model's backward
+    nodes to run, starts the step's backward clock."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, clock: "_BackwardClock") -> torch.Tensor:
+        ctx.clock = clock
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        ctx.clock.start = time.perf_counter()
+        return grad, None
+
+
+class PaddedCompute:
+    """``compute=padded``: real forward and backward, each held until it has lasted at least the
+    profile's drawn time (the module docstring says how). Installed as hooks on the model (a
+    forward pre-hook and hook, a hook on each trainable parameter's gradient); only training
+    passes (the model in training mode, autograd on) are padded, never evaluations."""
+
+    def __init__(self, model: nn.Module, profile: ComputeProfile, seed: int, rank: int) -> None:
+        self.profile = profile
+        self.rng = np.random.default_rng([int(seed), int(rank), 0xE7])   # emulation's draws
+        self.ready_order, self.fractions, self.matched_timeline = _ready_order(model, profile)
+        self.drawn: list[int] = []      # the recorded step each training forward drew (its index)
+        self.overran = 0                # training forwards whose real compute outlasted the profile's
+        self._t0 = 0.0
+        self._draw = -1
+        self._clock: _BackwardClock | None = None
+        self.handles = [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)]
+        self.handles += [p.register_hook(partial(self._hold, fraction))
+                         for p, fraction in zip(self.ready_order, self.fractions)]
+
+    def _before(self, module: nn.Module, args) -> None:
+        if not (module.training and torch.is_grad_enabled()):
+            self._clock = None   # an evaluation: computed, not padded
+            return
+        self._t0 = time.perf_counter()
+        self._draw = int(self.rng.integers(len(self.profile.forward)))
+        self.drawn.append(self._draw)
+        self._clock = _BackwardClock()
+        self._clock.seconds = self.profile.backward[self._draw]
+
+    def _after(self, module: nn.Module, args, output):
+        clock = self._clock
+        if clock is None:
+            return None
+        delay = self._t0 + self.profile.forward[self._draw] - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            self.overran += 1
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            return _StartBackward.apply(output, clock)
+        return None   # not one tensor: backward's clock starts at the first gradient
+
+    def _hold(self, fraction: float, grad: torch.Tensor) -> None:
+        clock = self._clock
+        if clock is None:
+            return None
+        clock.sleep_until(fraction)
+        return None
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def pad_compute(model: nn.Module, profile: ComputeProfile, seed: int, rank: int) -> PaddedCompute:
+    """Make ``model``'s training steps last at least ``profile``'s times (``compute=padded``)."""
+    return PaddedCompute(model, profile, seed, rank)

@@ -7,6 +7,7 @@ holding most parameters, the LSTM has a few large fused-gate matrices.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -132,6 +133,18 @@ class LSTMClassifier(nn.Module):
         return self.head(h[-1])
 
 
+class HyperplaneMLP(nn.Module):
+    """eager-SGD's hyperplane regression model (Li et al., PPoPP'20, sec. 7.2.1): one dense layer
+    from the features to one output, with bias (8,192 inputs: 8,193 parameters)."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(features, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
 _VOCAB = 32  # workloads.data.token_sequences
 
 _BUILDERS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
@@ -141,10 +154,11 @@ _BUILDERS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "resnet50": lambda shape, k: ResNet(Bottleneck, [3, 4, 6, 3], [64, 128, 256, 512], shape[0], k, stem=64),
     "nt3": lambda shape, k: NT3(shape[-1], k),
     "lstm": lambda shape, k: LSTMClassifier(_VOCAB, k),
+    "hyperplane_mlp": lambda shape, k: HyperplaneMLP(math.prod(shape)),   # a regression: no k
 }
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int,
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int | None, seed: int,
                 params: dict | None = None) -> nn.Module:
     """A built-in model by name, or the user's factory (an import path or a registered
     short name; see ``workloads.registry``), seeded the same way on every rank."""

@@ -23,7 +23,7 @@ ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_p
 DEVICES = ("cpu", "cuda")
 EAGER_ALGORITHMS = ("eager_solo", "eager_majority")
 # what an eager-SGD rank that missed rounds does (workloads/algorithms/eager.py explains each)
-EAGER_CATCH_UP = ("apply_all", "latest", "lockstep")
+EAGER_CATCH_UP = ("apply_all", "latest", "lockstep", "paper")
 # how gradients travel between ranks (workloads/comm/data_path.py); auto: the first the
 # algorithm takes on its device (ALGORITHM_DATA_PATHS)
 DATA_PATHS = ("auto", "mpi", "torch_distributed", "cuda_aware_mpi", "host_staging", "horovod")
@@ -45,11 +45,24 @@ ALGORITHM_DATA_PATHS = {
 ALGORITHM_DEVICES = {a: DEVICES for a in ALGORITHMS}
 # algorithms with a cycle time that autotune=true chooses (sync: ours; horovod: HOROVOD_AUTOTUNE)
 TUNABLE_ALGORITHMS = ("sync", "horovod")
+# what ``compute`` may be (workloads/emulation.py): real; emulated (slept, zero gradients, no
+# accuracy); padded (computed for real, then held until the step lasted the profile's times)
+COMPUTE_KINDS = ("real", "emulated", "padded")
+
+
+def computes_for_real(compute: str) -> bool:
+    """Whether a run of this ``compute`` computes real gradients, so that its evaluations (top-1,
+    loss) mean something: real and padded, not emulated."""
+    return compute in ("real", "padded")
+
+
 IMBALANCE_KINDS = ("none", "injected", "fixed", "exponential", "lognormal", "shifted", "inherent")
 
-# model -> the kind of input it takes
-MODELS = {"small_cnn": "image", "resnet20": "image", "resnet32": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence"}
-# dataset -> (kind of samples, needs dataset_path)
+# model -> the kind of input it takes ("regression": a flat feature vector with a float target)
+MODELS = {"small_cnn": "image", "resnet20": "image", "resnet32": "image", "resnet50": "image", "nt3": "vector", "lstm": "sequence",
+          "hyperplane_mlp": "regression"}
+# dataset -> (kind of samples, needs dataset_path); a "regression" data set's targets are floats,
+# scored by mean squared error (workloads/objective.py), and it has no classes (no top-1)
 DATASETS = {
     "digits": ("image", False),
     "synthetic_images": ("image", False),
@@ -57,7 +70,14 @@ DATASETS = {
     "imagefolder": ("image", True),
     "nt3_synthetic": ("vector", False),
     "sequences": ("sequence", False),
+    "hyperplane": ("regression", False),
 }
+
+
+def dataset_task(name: str) -> str:
+    """``regression`` for a built-in data set of float targets (its loss is the mean squared
+    error and it has no top-1), else ``classification`` (a user's data set's labels are classes)."""
+    return "regression" if DATASETS.get(name, ("",))[0] == "regression" else "classification"
 ENTRY_POINT_GROUPS = {"model": "scalestudy.models", "dataset": "scalestudy.datasets"}
 IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 # what a factory may ask for, by parameter name

@@ -56,10 +56,11 @@ class RunSpec:
     algorithm: str = axis("sync", builtin_only=True, summary=True,
                           help="sync, ddp, horovod, eager_solo, eager_majority, async_ps")
     model: str = axis("small_cnn", builtin_only=True, summary=True,
-                      help="small_cnn, resnet20, resnet50, nt3, lstm, an installed short name, or pkg.module:factory")
+                      help="small_cnn, resnet20, resnet32, resnet50, nt3, lstm, hyperplane_mlp, an installed short "
+                           "name, or pkg.module:factory")
     dataset: str = axis("digits", builtin_only=True,
-                        help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, "
-                             "an installed short name, or pkg.module:factory")
+                        help="digits, synthetic_images, nt3_synthetic, sequences, cifar10, imagefolder, hyperplane "
+                             "(a regression: loss is the MSE, no top-1), an installed short name, or pkg.module:factory")
     dataset_path: Optional[str] = axis(None, builtin_only=True, label="dataset path", identity=False,
                                        help="local folder for cifar10 / imagefolder (not part of the run's identity)")
     epochs: int = axis(3, help="training epochs")
@@ -112,15 +113,21 @@ class RunSpec:
                            help="eager_*: a synchronous round and model averaging every this many steps instead "
                                 "of resync_epochs (0: resync_epochs decides)")
     eager_catch_up: str = axis("apply_all", builtin_only=True, label="catch-up", hashed_when_default=False,
-                               help="eager_*: a rank that missed rounds joins the round the others reached and "
-                                    "applies every missed result (apply_all: models stay identical) or only the "
-                                    "latest (latest: as the paper, drift until resync); lockstep: computes every "
-                                    "round (carries its delays)")
+                               help="eager_*: paper: the paper's mechanism as the authors' code runs it (every "
+                                    "rank computes each of its steps and applies the latest result; models drift "
+                                    "until resynchronised to rank 0's); extensions: a rank that missed rounds "
+                                    "joins the round the others reached and applies every missed result "
+                                    "(apply_all: models stay identical) or only the latest (latest: drift until "
+                                    "resync); lockstep: computes every round, applies every result (carries its "
+                                    "delays)")
     compute: str = axis("real", builtin_only=True, summary=True, hashed_when_default=False,
-                        help="real, or emulated: forward and backward are sleeps drawn from compute_profile, "
-                             "everything that communicates stays real (workloads/emulation.py)")
+                        help="real; emulated: forward and backward are sleeps drawn from compute_profile, "
+                             "everything that communicates stays real; padded: computed for real, then held until "
+                             "each step's forward and backward have lasted compute_profile's times "
+                             "(workloads/emulation.py)")
     compute_profile: Optional[str] = axis(None, builtin_only=True, label="compute profile", hashed_when_default=False,
-                                          help="compute=emulated: a profile file (scalestudy profile RUN_ID -o FILE)")
+                                          help="compute=emulated or padded: a profile file (scalestudy profile RUN_ID "
+                                               "-o FILE) or a shipped one's name (workloads/profiles/)")
     # -- load imbalance ----------------------------------------------------------------------
     imbalance_kind: str = axis("none", builtin_only=True, label="imbalance", config="imbalance.kind",
                                help="none, injected, fixed, exponential, lognormal, shifted, inherent")

@@ -34,7 +34,7 @@ from .failure import SetupError
 from .models import build_model
 from .nccl_network import network_facts
 from .outcome import TrainOutcome, make_outcome, record_step
-from .registry import resolve_data_path
+from .registry import EAGER_ALGORITHMS, resolve_data_path
 from .run_folder import STEP_PHASES
 from .spec import RunSpec
 
@@ -70,20 +70,34 @@ def library_versions() -> dict[str, str]:
     }
 
 
-def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm, device: torch.device,
-             batch: int = 512) -> tuple[float, float]:
-    """Top-1 accuracy and mean loss on the test set, sharded over ranks and summed."""
-    part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
-    x_all, y_all = data.x_test[part], data.y_test[part]
+def _score(model: torch.nn.Module, x_all, y_all, device: torch.device, batch: int) -> np.ndarray:
+    """(correct, summed loss, count) over these samples; correct is NaN where the objective has
+    no top-1 (regression: ``objective.scores`` gives None)."""
     model.eval()
-    correct, loss_sum, count = 0, 0.0, 0
+    correct, loss_sum, count = 0.0, 0.0, 0
     with torch.no_grad():
         for lo in range(0, len(x_all), batch):
             c, s, n = objective.scores(model(x_all[lo:lo + batch].to(device)), y_all[lo:lo + batch].to(device))
-            correct, loss_sum, count = correct + c, loss_sum + s, count + n
+            correct = float("nan") if c is None else correct + c
+            loss_sum, count = loss_sum + s, count + n
     model.train()
-    totals = np.array([correct, loss_sum, count], dtype=np.float64)
+    return np.array([correct, loss_sum, count], dtype=np.float64)
+
+
+def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm, device: torch.device,
+             batch: int = 512) -> tuple[float, float]:
+    """Top-1 accuracy and mean loss on the test set, sharded over ranks and summed (a collective)."""
+    part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
+    totals = _score(model, data.x_test[part], data.y_test[part], device, batch)
     comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+
+def evaluate_own(model: torch.nn.Module, data: Dataset, device: torch.device, batch: int = 512) -> tuple[float, float]:
+    """Top-1 and mean loss of this rank's own model on the whole test set, with no collective:
+    how eager-SGD runs evaluate (the authors' processes each evaluate their own checkpoint), so
+    that an evaluation does not make every rank wait for the slowest, as a collective would."""
+    totals = _score(model, data.x_test, data.y_test, device, batch)
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
 
@@ -151,6 +165,10 @@ def _build(spec: RunSpec, rank: int, device: torch.device) -> tuple[Dataset, tor
         from .emulation import ComputeProfile, emulate_compute
 
         emulate_compute(model, ComputeProfile.load(spec.compute_profile), spec.seed, rank, data.x_train[:1])
+    elif spec.compute == "padded":   # real compute, each step held to at least the profile's times
+        from .emulation import ComputeProfile, pad_compute
+
+        pad_compute(model, ComputeProfile.load(spec.compute_profile), spec.seed, rank)
     return data, model, flops
 
 
@@ -203,10 +221,10 @@ def _timed_step(engine, data: Dataset, idx, device: torch.device, step: int, del
 def _write_rounds(writer: MetricsWriter, rank: int, rounds) -> None:
     """eager-SGD's rounds (rank 0 writes the round, every rank what it contributed)."""
     for record in rounds:
-        if rank == 0:
+        if rank == 0 and not record.get("resync"):   # a resync's drift is a contribution record alone
             writer.round(**record)
-        writer.contribution(round=record["round"], local=record["local"],
-                            staleness=record["staleness"], drift=record.get("drift"))
+        writer.contribution(round=record["round"], local=record["local"], staleness=record["staleness"],
+                            drift=record.get("drift"), **({"agreed": record["agreed"]} if "agreed" in record else {}))
 
 
 def _compute_unit(placement: dict[str, Any], device: torch.device, flops: float) -> dict[str, Any]:
@@ -268,6 +286,7 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     step = gradients = samples_computed = evaluated = 0
     eval_seconds = 0.0
     last_top1 = last_loss = float("nan")
+    own_eval = spec.algorithm in EAGER_ALGORITHMS   # evaluate without a collective (evaluate_own)
     batches, batches_of = [], -1
     comm.Barrier()
     wall_start = time.perf_counter()
@@ -293,13 +312,18 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
                                    phases=spec.records_timeline(step, rank))
             _write_rounds(writer, rank, engine.drain_rounds())
             step = min(engine.next_step(step), total_steps)
-            # every epoch this rank's steps have passed ends with an evaluation (a collective:
-            # every rank ends every epoch exactly once, whichever steps it computed)
+            # every epoch this rank's steps have passed ends with an evaluation: a collective where
+            # every rank waits for every other anyway (each ends every epoch exactly once, whichever
+            # steps it computed); eager-SGD's rank 0 scores its own model alone (``evaluate_own``)
             while evaluated < step // per_epoch:
                 eval_start = time.perf_counter()
                 # an emulated run computes nothing worth scoring: its accuracy is not measured
-                last_top1, last_loss = (evaluate(engine.module, data, comm, device) if spec.compute == "real"
-                                        else (float("nan"), float("nan")))
+                if spec.compute == "emulated" or (own_eval and rank != 0):
+                    last_top1, last_loss = float("nan"), float("nan")
+                elif own_eval:
+                    last_top1, last_loss = evaluate_own(engine.module, data, device)
+                else:
+                    last_top1, last_loss = evaluate(engine.module, data, comm, device)
                 eval_seconds += time.perf_counter() - eval_start
                 if rank == 0:
                     writer.eval(epoch=evaluated, wall=time.perf_counter() - wall_start, top1=last_top1,

@@ -416,6 +416,10 @@ def report(argv: Sequence[str]) -> int:
                              "(default: the smallest node count, else sync)")
     parser.add_argument("--target", type=float, default=None,
                         help="top-1 accuracy (0-1) for time to accuracy (default: the best every run reached)")
+    parser.add_argument("--loss-target", type=float, default=None,
+                        help="validation loss for time to loss, in a study whose runs score no top-1 (a regression: "
+                             "the MSE; default: the study's paper's target, e.g. 4.7 for eager_sgd_paper_hyperplane, "
+                             "else the highest of every run's lowest loss)")
     parser.add_argument("--where", action="append", default=None, help="only runs matching, e.g. 'nodes<=8'")
     parser.add_argument("--against", default=None, metavar="STUDY",
                         help="add a section: this study against STUDY per configuration both ran (change with its "
@@ -434,7 +438,7 @@ def report(argv: Sequence[str]) -> int:
         engine = open_for_reading(url)
         print(f"writing the report of study {args.study!r} from {safe_url(url)} into {out}/")
         report = build_report(engine, args.study, out, url, baseline=args.baseline, target=args.target,
-                              where=args.where, against=args.against)
+                              where=args.where, against=args.against, loss_target=args.loss_target)
     except (ReportError, FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     except OSError as exc:

@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.output_metrics import REDUCERS, MetricPattern
-from workloads.registry import (ALGORITHMS, DATA_PATHS, DATASETS, DEVICES, EAGER_ALGORITHMS, EAGER_CATCH_UP,
-                                IMBALANCE_KINDS, MODELS,
+from workloads.registry import (ALGORITHMS, COMPUTE_KINDS, DATA_PATHS, DATASETS, DEVICES, EAGER_ALGORITHMS,
+                                EAGER_CATCH_UP, IMBALANCE_KINDS, MODELS,
                                 TUNABLE_ALGORITHMS, FactoryError, is_builtin, load_factory, resolve_data_path)
 from workloads.spec import FIELD, FIELDS, RunSpec
 
@@ -203,24 +203,22 @@ def _imbalance(c: dict[str, Any], world_size: int, model: str, dataset: str) -> 
     }
 
 
-COMPUTE_KINDS = ("real", "emulated")
-
-
 def _compute(c: dict[str, Any], workload_kind: str, **run: Any) -> dict[str, Any]:
     """``compute`` and its profile; the profile is read here, so a bad one fails on the login
     node, and must come from a run of the same model, batch and threads per rank (its times
-    are theirs)."""
+    are theirs). ``emulated`` sleeps the profile's times; ``padded`` computes and is held to them."""
     kind = _choice("compute", c.get("compute", FIELD["compute"].default), COMPUTE_KINDS)
     profile = c.get("compute_profile")
     if kind == "real":
         if profile is not None:
-            raise ConfigError("compute_profile", profile, "is used only with compute=emulated")
+            raise ConfigError("compute_profile", profile, "is used only with compute=emulated or compute=padded")
         return {"compute": kind, "compute_profile": None}
     if workload_kind != "builtin":
-        raise ConfigError("compute", kind, "emulates our training loop's compute; a command workload runs its own")
+        raise ConfigError("compute", kind, f"{'emulates' if kind == 'emulated' else 'pads'} our training loop's "
+                          "compute; a command workload runs its own")
     if not isinstance(profile, str) or not profile:
-        raise ConfigError("compute_profile", profile, "compute=emulated needs a profile file "
-                          "(make one from a real run: scalestudy profile RUN_ID -o FILE)")
+        raise ConfigError("compute_profile", profile, f"compute={kind} needs a profile file "
+                          "(make one from a real run: scalestudy profile RUN_ID -o FILE) or a shipped one's name")
     from workloads.emulation import ComputeProfile, shipped_profile
 
     profile = str(shipped_profile(profile) or profile)
@@ -363,6 +361,7 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
     check_known_keys(c)
     site = site or load_site(c.get("site", FIELD["site"].default))
     d = lambda name: c.get(FIELD[name].config, FIELD[name].default)  # noqa: E731
+    catch_up = _choice("eager_catch_up", d("eager_catch_up"), EAGER_CATCH_UP)
     nodes = _int("nodes", d("nodes"))
     if nodes > site.max_nodes:
         raise ConfigError("nodes", nodes, f"site {site.name} allows at most {site.max_nodes} nodes per run")
@@ -408,7 +407,9 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         **placement,
         resync_epochs=_int("resync_epochs", d("resync_epochs"), minimum=0),
         sync_every=_int("sync_every", d("sync_every"), minimum=0),
-        eager_catch_up=_choice("eager_catch_up", d("eager_catch_up"), EAGER_CATCH_UP),
+        # only eager-SGD reads it: other algorithms keep the default, so that sweeping it beside
+        # sync (eager_catch_up=paper,apply_all) does not run sync twice
+        eager_catch_up=catch_up if algorithm in EAGER_ALGORITHMS else "apply_all",
         **_compute(c, workload["workload_kind"], model=model, batch_size=_int("batch_size", d("batch_size")),
                    threads_per_worker=threads // workers),
         params=_params(c.get("params")),

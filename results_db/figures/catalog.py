@@ -51,6 +51,7 @@ class FigureContext:
     runs: data.StudyRuns
     run_id: int | None = None                            # the timeline's run (default: the largest)
     target: float | None = None                          # time to accuracy's target top-1 (default: derived)
+    loss_target: float | None = None                     # a regression's time to loss target (default: derived)
     cache: dict = field(default_factory=dict)
 
     def timeline_run(self) -> int | None:
@@ -186,21 +187,34 @@ CATALOG: tuple[FigureSpec, ...] = (
                size=(7.5, 4.2),
                caption="Distribution per configuration and step of the share of allreduce time that overlapped the "
                        "rank's own backward pass: what overlapping communication with backprop bought."),
-    FigureSpec("accuracy_vs_epoch", "Top-1 accuracy after each epoch (mean over repeats)", "evaluations",
+    FigureSpec("accuracy_vs_epoch", "Top-1 accuracy after each epoch (mean over repeats)", "evaluations with a top-1",
                lambda ctx: data.accuracy_curves(ctx.engine, ctx.runs),
                lambda frame, fig: draw.accuracy(frame, fig, "epochs_done"),
                caption="Top-1 accuracy on the test set after each completed epoch, mean over repeats."),
-    FigureSpec("accuracy_vs_time", "Top-1 accuracy against training time (mean over repeats)", "evaluations",
+    FigureSpec("accuracy_vs_time", "Top-1 accuracy against training time (mean over repeats)",
+               "evaluations with a top-1",
                lambda ctx: data.accuracy_curves(ctx.engine, ctx.runs),
                lambda frame, fig: draw.accuracy(frame, fig, "wall"),
                caption="Top-1 accuracy on the test set against seconds since the run started, mean over repeats of "
                        "both."),
-    FigureSpec("time_to_accuracy", "Time to a target accuracy", "evaluations",
+    FigureSpec("time_to_accuracy", "Time to a target accuracy", "evaluations with a top-1",
                lambda ctx: derived.time_to_accuracy(ctx.engine, ctx.runs, ctx.target), draw.time_bars,
                size=(7.5, 4.2),
                caption="Seconds until a configuration's runs first reached the target top-1 accuracy (mean ± standard "
                        "deviation over the repeats that reached it); the default target is the best accuracy every "
                        "run reached."),
+    FigureSpec("loss_vs_time", "Validation loss against training time (mean over repeats)",
+               "evaluations of runs that score no top-1 (a regression)",
+               lambda ctx: data.loss_curves(ctx.engine, ctx.runs), draw.loss_curves,
+               caption="Validation loss (a regression's: the mean squared error) after each completed epoch "
+                       "against seconds since the run started, mean over repeats of both; log scale."),
+    FigureSpec("time_to_loss", "Time to a target validation loss", "evaluations of runs that score no top-1 "
+               "(a regression)",
+               lambda ctx: derived.time_to_loss(ctx.engine, ctx.runs, ctx.loss_target),
+               draw.time_bars, size=(7.5, 4.2),
+               caption="Seconds until a configuration's runs first reached the target validation loss (mean ± "
+                       "standard deviation over the repeats that reached it); the default target is the study's "
+                       "paper's (eager-SGD's hyperplane: MSE 4.7), else the highest of every run's lowest loss."),
     FigureSpec("energy_vs_nodes", "Energy to solution against node count", "runs with an energy counter "
                "(runs.energy_joules: Cray pm_counters, RAPL or NVML) at two node counts or more",
                lambda ctx: energy.energy_vs_nodes(ctx.runs, "energy"),
@@ -285,7 +299,8 @@ def dynamic_specs(ctx: FigureContext) -> list[FigureSpec]:
 def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[str] = ("png",),
                  only: Sequence[str] | None = None, where=None, run_id: int | None = None,
                  on_result: Callable[[FigureResult], None] | None = None, source: str = "",
-                 target: float | None = None, runs: data.StudyRuns | None = None) -> list[FigureResult]:
+                 target: float | None = None, runs: data.StudyRuns | None = None,
+                 loss_target: float | None = None) -> list[FigureResult]:
     """Draw every figure the study's data allows into ``out_dir``; returns what was written or skipped.
 
     ``target``: the top-1 accuracy time-to-accuracy measures to (default: the best every run
@@ -293,7 +308,7 @@ def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[st
     check_choices(formats, only, allow_dynamic=True)
     if target is not None and not 0 < target <= 1:
         raise data.FigureDataError(f"target {target!r}: a top-1 accuracy between 0 and 1 (e.g. 0.8)")
-    ctx = FigureContext(engine, runs or data.load_study(engine, study, where), run_id, target)
+    ctx = FigureContext(engine, runs or data.load_study(engine, study, where), run_id, target, loss_target)
     specs = [s for s in [*CATALOG, *dynamic_specs(ctx)] if not only or s.name in only]
     if run_id is not None and any(spec.name == "timeline" for spec in specs):
         ctx.timeline_run()  # a bad --run-id fails before anything is written

@@ -299,6 +299,7 @@ def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
     one-epoch run sits at 1, not at an epoch "0" that reads as before training."""
     ids = sr.ids
     evals = query.evals(engine, ids)
+    evals = evals[evals["top1"].notna()]   # a regression's and an emulated run's evaluations have no top-1
     if evals.empty:
         return pd.DataFrame(columns=["config", "epoch", "epochs_done", "top1", "wall", "repeats"])
     frame = sr.with_config()[["run_id", "config"]].merge(evals[["run_id", "epoch", "top1", "wall"]], on="run_id")
@@ -306,6 +307,21 @@ def accuracy_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
            .agg(top1=("top1", "mean"), wall=("wall", "mean"), repeats=("run_id", "nunique")).reset_index())
     out.insert(2, "epochs_done", out["epoch"] + 1)
     return used(out, frame["run_id"])
+
+
+def loss_curves(engine: Engine, sr: StudyRuns) -> pd.DataFrame:
+    """Validation loss after each epoch, per configuration, for a study whose runs score no top-1
+    (a regression: its loss is the MSE): mean over repeats of loss and of wall time. Empty for a
+    study with a top-1 (its accuracy curves say more) or without losses."""
+    evals = query.evals(engine, sr.ids)
+    columns = ["config", "epoch", "epochs_done", "loss", "wall", "repeats"]
+    if evals.empty or evals["top1"].notna().any() or evals["loss"].notna().sum() == 0:
+        return pd.DataFrame(columns=columns)
+    frame = sr.with_config()[["run_id", "config"]].merge(evals[["run_id", "epoch", "loss", "wall"]], on="run_id")
+    out = (frame.groupby(["config", "epoch"], sort=False)
+           .agg(loss=("loss", "mean"), wall=("wall", "mean"), repeats=("run_id", "nunique")).reset_index())
+    out.insert(2, "epochs_done", out["epoch"] + 1)
+    return used(out[columns], frame["run_id"])
 
 
 def round_composition(engine: Engine, sr: StudyRuns) -> pd.DataFrame:

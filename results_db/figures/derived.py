@@ -1,5 +1,5 @@
 """Tables that compare configurations with each other: scaling efficiency, speedup against
-the injected delay, time to a target accuracy.
+the injected delay, time to a target accuracy (or, for a regression, to a target validation loss).
 
 Kept apart from ``data.py`` (one measurement per table) because each of these needs
 a reference — the smallest resource setting, the synchronous algorithm, a target
@@ -14,7 +14,7 @@ import math
 import pandas as pd
 from sqlalchemy import Engine
 
-from .. import compare, confidence, query
+from .. import compare, confidence, paper_claims, query
 from .data import RESOURCE_AXES, StudyRuns, throughput_vs, used
 
 RANK_AXES = ("nodes", "workers_per_node")
@@ -160,3 +160,64 @@ def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None)
     out["seconds_std"] = out["seconds_std"].fillna(0.0)
     out.insert(1, "target_top1", target)
     return used(out, frame["run_id"])
+
+
+def scores_top1(engine: Engine, sr: StudyRuns) -> bool:
+    """Whether any of the study's evaluations has a top-1 (a regression's and an emulated run's have none)."""
+    evals = query.evals(engine, sr.ids)
+    return bool(len(evals)) and bool(evals["top1"].notna().any())
+
+
+def default_loss_target(engine: Engine, sr: StudyRuns) -> float | None:
+    """A time-to-loss target for a study whose runs score no top-1 (a regression): the target its
+    paper measures to (``paper_claims.loss_target``: eager-SGD's hyperplane, validation MSE 4.7),
+    else the highest of every run's lowest validation loss, rounded up to 2 significant digits
+    (every configuration's time to it is defined). None for a study with a top-1 (time to
+    accuracy is its measure), or without a loss."""
+    if scores_top1(engine, sr):
+        return None
+    declared = paper_claims.loss_target(sr.study)
+    if declared is not None:
+        return declared
+    evals = query.evals(engine, sr.ids)
+    losses = pd.to_numeric(evals["loss"], errors="coerce") if len(evals) else pd.Series(dtype=float)
+    if losses.notna().sum() == 0:
+        return None
+    worst = float(evals.assign(loss=losses).groupby("run_id")["loss"].min().max())
+    if not math.isfinite(worst) or worst <= 0:
+        return None
+    digits = 1 - math.floor(math.log10(worst))
+    return math.ceil(round(worst * 10 ** digits, 6)) / 10 ** digits
+
+
+def time_to_loss(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:
+    """Per configuration: seconds (and epochs) until the first evaluation at or below ``target``
+    validation loss, mean ± std over the repeats that reached it; ``reached`` of ``runs``
+    (default target: ``default_loss_target``; none for a study whose runs score a top-1)."""
+    target = default_loss_target(engine, sr) if target is None else target
+    if target is None:
+        return pd.DataFrame()
+    evals = query.evals(engine, sr.ids)
+    if evals.empty:
+        return pd.DataFrame()
+    ids = sorted(set(int(i) for i in evals["run_id"]))
+    per_run = query.first_reaching(evals, ids, target, "loss")
+    frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
+    frame["epochs_done"] = pd.to_numeric(frame["epoch"], errors="coerce") + 1
+    out = (frame.groupby("config", sort=False)
+           .agg(seconds_mean=("seconds", "mean"), seconds_std=("seconds", "std"),
+                epochs_mean=("epochs_done", "mean"), reached=("seconds", "count"), runs=("run_id", "nunique"))
+           .reset_index())
+    out["seconds_std"] = out["seconds_std"].fillna(0.0)
+    out.insert(1, "target_loss", target)
+    return used(out, frame["run_id"])
+
+
+def loss_name(runs: pd.DataFrame) -> str:
+    """What the runs' validation loss is: "MSE" where every run's data set is a built-in
+    regression (``workloads.registry.dataset_task``), else "loss"."""
+    from workloads.registry import dataset_task
+
+    if "dataset" in runs and len(runs) and all(dataset_task(str(d)) == "regression" for d in runs["dataset"]):
+        return "MSE"
+    return "loss"

@@ -310,8 +310,24 @@ def accuracy(frame: pd.DataFrame, fig: Figure, x: str) -> None:
     legend_beside(ax)
 
 
+def loss_curves(frame: pd.DataFrame, fig: Figure) -> None:
+    """Validation loss (log scale) against seconds since the run started, one line per configuration."""
+    ax = fig.subplots()
+    hidden = coinciding(frame, "config", "wall", "loss")
+    for i, (config, part) in enumerate(frame.groupby("config", sort=False)):
+        ax.plot(part["wall"], part["loss"], label=series_label(config, hidden), **line_style(i))
+    if (frame["loss"] > 0).all():
+        ax.set_yscale("log")
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds since the run started (mean over repeats)")
+    ax.set_ylabel("validation loss (regression: mean squared error)")
+    ax.grid(alpha=0.3, which="both")
+    legend_beside(ax)
+
+
 def time_bars(frame: pd.DataFrame, fig: Figure) -> None:
-    """Seconds to the target accuracy per configuration; a configuration none of whose runs got there says so."""
+    """Seconds to the target accuracy (or, with ``target_loss``, validation loss) per configuration;
+    a configuration none of whose runs got there says so."""
     ax = fig.subplots()
     x = np.arange(len(frame))
     heights = frame["seconds_mean"].fillna(0.0)
@@ -322,8 +338,10 @@ def time_bars(frame: pd.DataFrame, fig: Figure) -> None:
         ax.annotate(text, (xi, 0 if row.reached == 0 else row.seconds_mean), ha="center", va="bottom",
                     fontsize="x-small", textcoords="offset points", xytext=(0, 3))
     _config_ticks(ax, frame["config"])
-    target = float(frame["target_top1"].iloc[0])
-    ax.set_ylabel(f"seconds until top-1 ≥ {target * 100:.0f} %")
+    if "target_loss" in frame:
+        ax.set_ylabel(f"seconds until validation loss ≤ {float(frame['target_loss'].iloc[0]):g}")
+    else:
+        ax.set_ylabel(f"seconds until top-1 ≥ {float(frame['target_top1'].iloc[0]) * 100:.0f} %")
     ax.grid(axis="y", alpha=0.3)
 
 

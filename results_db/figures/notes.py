@@ -74,6 +74,21 @@ def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
             "the ranks shared a host's cores, a measurement of that host as much as of the algorithm.")
 
 
+def padding_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
+    """Runs with ``compute=padded``: computed for real, each step held to a profile's time."""
+    chosen = sr.runs[sr.runs["run_id"].isin(list(run_ids))]
+    if "compute" not in chosen:
+        return None
+    padded = chosen[chosen["compute"] == "padded"]
+    if padded.empty:
+        return None
+    who = "This run" if len(chosen) == 1 else f"All {len(chosen)} runs" if len(padded) == len(chosen) \
+        else f"{len(padded)} of these {len(chosen)} runs"
+    return (f"{who} computed for real with padded compute (compute=padded): each step's forward and backward were "
+            "held until they had lasted a profile's times (a paper's step, not this machine's), so their rates are "
+            "the profile's plus what the step does besides; their losses and accuracies are measured.")
+
+
 def grid_notes(sr: StudyRuns) -> list[str]:
     if sr.grid is None:
         return []
@@ -83,5 +98,5 @@ def grid_notes(sr: StudyRuns) -> list[str]:
 
 def figure_notes(sr: StudyRuns, run_ids: Sequence[int], compares_configurations: bool = True) -> list[str]:
     notes = grid_notes(sr) if compares_configurations else []
-    extra = [oversubscription_note(sr, run_ids), emulation_note(sr, run_ids)]
+    extra = [oversubscription_note(sr, run_ids), emulation_note(sr, run_ids), padding_note(sr, run_ids)]
     return [*notes, *(n for n in extra if n)]

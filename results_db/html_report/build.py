@@ -8,6 +8,7 @@ Every choice (baseline, target, filters) is checked before anything is written.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from .. import paper_claims, query, regression
 from ..compare import CompareError
 from ..store import safe_url
 from ..figures import catalog, data
-from ..figures.notes import emulation_note, grid_notes, oversubscription_note
+from ..figures.notes import emulation_note, grid_notes, oversubscription_note, padding_note
 from . import page, provenance, tables
 from .tables import ReportError
 
@@ -65,12 +66,17 @@ def _where_text(where) -> str | None:
 
 def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: str | None = None,
                  target: float | None = None, where: str | Sequence[str] | None = None,
-                 against: str | None = None) -> Report:
-    """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect."""
+                 against: str | None = None, loss_target: float | None = None) -> Report:
+    """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect.
+    ``target``: the top-1 time to accuracy measures to; ``loss_target``: the validation loss time to
+    loss measures to (a regression's: default, the study's paper's target, else the highest of every
+    run's lowest loss)."""
     out = Path(out)
     _check_out(out)
     if target is not None and not 0 < target <= 1:
         raise ReportError(f"target {target!r}: a top-1 accuracy between 0 and 1 (e.g. 0.8)")
+    if loss_target is not None and not (math.isfinite(loss_target) and loss_target > 0):
+        raise ReportError(f"loss target {loss_target!r}: a validation loss above 0 (e.g. 4.7)")
     planned = query.runs(engine, study=study, where=where)
     try:
         sr = data.load_study(engine, study, where)
@@ -90,10 +96,10 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     configurations = pd.DataFrame()
     notes: list[str] = []
     if sr is not None:
-        configurations = tables.configurations(engine, sr, chosen, target)
+        configurations = tables.configurations(engine, sr, chosen, target, loss_target)
         notes = grid_notes(sr)
-        notes += [n for n in (oversubscription_note(sr, sr.ids), emulation_note(sr, sr.ids), at_chance_note(sr.runs))
-                  if n]
+        notes += [n for n in (oversubscription_note(sr, sr.ids), emulation_note(sr, sr.ids),
+                              padding_note(sr, sr.ids), at_chance_note(sr.runs)) if n]
         finished = configurations[configurations["status"] == "done"]
         if chosen and finished["speedup"].isna().any():
             notes.append(f"Speedup and efficiency are blank where a configuration has no finished baseline run "
@@ -101,7 +107,8 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     failures = tables.failures(planned, sr)
     prov = provenance.collect(engine, study, db_url, where)
     finished_runs = planned[planned["status"] == "done"] if "status" in planned else planned
-    paper = paper_claims.paper_vs_run(finished_runs, study)
+    paper = paper_claims.paper_vs_run(finished_runs, study, evals=query.evals(
+        engine, [int(i) for i in finished_runs["run_id"]]) if len(finished_runs) else None)
     change = pd.DataFrame()
     if against:   # this study (B) against another (A), per configuration both ran (results_db.regression)
         reference = query.runs(engine, study=against, where=where)   # the same selection on both sides
@@ -118,7 +125,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     results: list[catalog.FigureResult] = []
     if sr is not None:
         results = catalog.render_study(engine, study, fig_dir, formats=FIGURE_FORMATS, target=target, runs=sr,
-                                       source=safe_url(db_url))
+                                       source=safe_url(db_url), loss_target=loss_target)
         _atomic(out / "configurations.csv", lambda tmp: configurations.to_csv(tmp, index=False))
     else:   # nothing finished: an earlier report's tables and manifest must not linger
         for stale in (out / "configurations.csv", fig_dir / "manifest.json"):

@@ -72,7 +72,13 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     if baseline:
         heads += [f"speedup vs {baseline_words(baseline)}", f"efficiency vs {baseline_words(baseline)}",
                   "detectable change (80 % power)"]
-    heads += ["final top-1 accuracy"]
+    has_loss = "loss_mean" in table   # a study whose runs score no top-1 (a regression): the loss is its score
+    has_ttl = "ttl_seconds_mean" in table
+    loss = str(table["loss_name"].dropna().iloc[0]) if "loss_name" in table and table["loss_name"].notna().any() \
+        else "loss"
+    heads += [f"final validation {loss}" if has_loss else "final top-1 accuracy"]
+    if has_ttl:
+        heads += [f"seconds to validation {loss} ≤ {float(table['target_loss'].dropna().iloc[0]):g}"]
     if has_tta:
         heads += [f"seconds to top-1 ≥ {float(table['target_top1'].dropna().iloc[0]) * 100:.0f} %"
                   if table["target_top1"].notna().any() else "seconds to target"]
@@ -100,15 +106,16 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
                                row.get("efficiency")))
             detectable = row.get("detectable")
             cells.append(_cell("detectable", "-" if _missing(detectable) else f"±{100 * detectable:.1f} %", detectable))
-        cells.append(_cell("final_top1", mean_std(row.get("top1_mean"), row.get("top1_std"), row.get("runs"), 1,
-                                                  scale=100, unit=" %"), row.get("top1_mean")))
+        if has_loss:
+            cells.append(_cell("final_loss", mean_std(row.get("loss_mean"), row.get("loss_std"), row.get("runs"), 3),
+                               row.get("loss_mean")))
+        else:
+            cells.append(_cell("final_top1", mean_std(row.get("top1_mean"), row.get("top1_std"), row.get("runs"), 1,
+                                                      scale=100, unit=" %"), row.get("top1_mean")))
+        if has_ttl:
+            cells.append(_cell("time_to_loss", _reached_text(row, "ttl", done), row.get("ttl_seconds_mean")))
         if has_tta:
-            text = mean_std(row.get("tta_seconds_mean"), row.get("tta_seconds_std"), row.get("tta_reached"), 1,
-                            unit=" s")
-            reached, runs = row.get("tta_reached"), row.get("runs")
-            if done and not _missing(reached) and int(reached) < int(runs):
-                text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {int(runs)} runs)"
-            cells.append(_cell("time_to_target", text, row.get("tta_seconds_mean")))
+            cells.append(_cell("time_to_target", _reached_text(row, "tta", done), row.get("tta_seconds_mean")))
         if emulated:   # compute=emulated: forward and backward were sleeps; said on every row
             cells.append(_cell("compute", str(row.get("compute") or "-"), None, numeric=False))
         for column in gpu:   # measured where the runs had GPUs and NVML; "-" (missing), never 0, where not
@@ -119,6 +126,17 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
             cells.append(_cell("state", row["status"], None, numeric=False))
         rows.append({"config": row["config"], "cells": cells, "css": "" if done else "missing"})
     return heads, rows
+
+
+def _reached_text(row: dict, prefix: str, done: bool) -> str:
+    """Seconds to a target (``tta``: top-1, ``ttl``: loss), mean ± std over the runs that reached
+    it, saying how many of the runs did."""
+    text = mean_std(row.get(f"{prefix}_seconds_mean"), row.get(f"{prefix}_seconds_std"), row.get(f"{prefix}_reached"),
+                    1, unit=" s")
+    reached, runs = row.get(f"{prefix}_reached"), row.get("runs")
+    if done and not _missing(reached) and int(reached) < int(runs):
+        text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {int(runs)} runs)"
+    return text
 
 
 def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.DataFrame, table: pd.DataFrame,
@@ -148,10 +166,14 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
 
 
 def _paper_rows(paper: pd.DataFrame | None) -> list[dict]:
-    """The claims beside this study's numbers, formatted (a speedup as 1.29x, an accuracy in %)."""
+    """The claims beside this study's numbers, formatted (a speedup as 1.29x, an accuracy in %, a
+    rate in steps/s, a time to a target loss in seconds)."""
     if paper is None or paper.empty:
         return []
     def show(value, metric):
-        return "-" if _missing(value) else (f"{value:.2f}x" if metric == "speedup" else f"{100 * value:.1f} %")
+        if _missing(value):
+            return "-"
+        return {"speedup": f"{value:.2f}x", "rate": f"{value:.2f} steps/s",
+                "seconds_to_loss": f"{value:.1f} s"}.get(metric, f"{100 * value:.1f} %")
     return [{**r, "paper_text": show(r["paper"], r["metric"]), "this_run_text": show(r["this_run"], r["metric"])}
             for r in paper.to_dict("records")]

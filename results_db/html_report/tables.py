@@ -105,10 +105,13 @@ COMPARED = ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency
             "detectable")
 
 
-def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: float | None) -> pd.DataFrame:
+def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: float | None,
+                   loss_target: float | None = None) -> pd.DataFrame:
     """One row per configuration (repeats pooled): throughput, speedup and efficiency against
-    ``baseline``, final accuracy, time to ``target``; configurations of the grid with no
-    finished run are rows too, saying why."""
+    ``baseline``, final accuracy, time to ``target`` top-1; for a study whose runs score no top-1
+    (a regression) the final validation loss and the time to ``loss_target`` (default:
+    ``derived.default_loss_target``); configurations of the grid with no finished run are rows
+    too, saying why."""
     runs = sr.with_config()
     frame = (runs.groupby("config", sort=False)
              .agg(runs=("run_id", "count"), world_size=("world_size", "first"),
@@ -116,10 +119,16 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
                   throughput_n=("throughput", "count"),
                   top1_mean=("final_top1", "mean"), top1_std=("final_top1", "std"))
              .reset_index())
+    no_top1 = not derived.scores_top1(engine, sr)
+    if no_top1 and "final_loss" in runs and runs["final_loss"].notna().any():   # no top-1: the loss is the score
+        losses = runs.groupby("config", sort=False)["final_loss"]
+        frame["loss_mean"] = losses.mean().reindex(frame["config"]).to_numpy()
+        frame["loss_std"] = losses.std().reindex(frame["config"]).to_numpy()
+        frame["loss_name"] = derived.loss_name(sr.runs)
     first = runs.drop_duplicates("config").set_index("config")
     for axis in sr.varying:
         frame[axis] = [first.loc[c, axis] for c in frame["config"]]
-    if "compute" in runs and (runs["compute"] == "emulated").any():   # a label no table or CSV may lose
+    if "compute" in runs and runs["compute"].isin(("emulated", "padded")).any():   # a label no table or CSV may lose
         frame["compute"] = runs.groupby("config", sort=False)["compute"].agg(
             lambda c: c.iloc[0] if c.nunique() == 1 else "mixed").reindex(frame["config"]).to_numpy()
     for column, how in (("gpu_peak_memory_mb", "max"), ("gpu_utilization", "mean")):
@@ -150,6 +159,13 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
         frame["target_top1"] = float(tta["target_top1"].iloc[0])
         for column in ("seconds_mean", "seconds_std", "reached"):
             frame[f"tta_{column}"] = [tta[column].get(c, float("nan")) for c in frame["config"]]
+    ttl = derived.time_to_loss(engine, sr, loss_target) if no_top1 or loss_target is not None else pd.DataFrame()
+    if not ttl.empty:
+        ttl = ttl.set_index("config")
+        frame["target_loss"] = float(ttl["target_loss"].iloc[0])
+        frame["loss_name"] = derived.loss_name(sr.runs)
+        for column in ("seconds_mean", "seconds_std", "reached"):
+            frame[f"ttl_{column}"] = [ttl[column].get(c, float("nan")) for c in frame["config"]]
     frame = pd.concat([frame, _missing_rows(sr)], ignore_index=True)
     order = [*sr.varying, "config", "status", "runs", "world_size", "throughput_mean", "throughput_std",
              "throughput_n", "speedup", "speedup_std", "efficiency", "top1_mean", "top1_std"]

@@ -32,6 +32,7 @@ from .. import objective
 from ..metrics import MetricsWriter
 from ..device import StepClock
 from ..outcome import make_outcome, record_step
+from ..registry import computes_for_real
 from ..run_folder import STEP_PHASES
 from ..spec import RunSpec
 
@@ -46,9 +47,11 @@ def _evaluate_here(model: nn.Module, data: Dataset, device: torch.device, batch:
         for lo in range(0, len(data.x_test), batch):
             c, s, n = objective.scores(model(data.x_test[lo:lo + batch].to(device)),
                                        data.y_test[lo:lo + batch].to(device))
-            correct, loss_sum, count = correct + c, loss_sum + s, count + n
+            # a regression scores no top-1 (None): it stays None, and top1() makes it NaN
+            correct = None if c is None or correct is None else correct + c
+            loss_sum, count = loss_sum + s, count + n
     model.train()
-    return correct / count, loss_sum / count
+    return objective.top1(correct, count), loss_sum / count
 
 
 @dataclass
@@ -101,7 +104,7 @@ def _serve(run: _Shared, data: Dataset, model: nn.Module, workers: int, steps_pe
         run.phases["update"] += time.perf_counter() - t1
         if (update + 1) % per_epoch == 0:
             epoch = update // per_epoch
-            top1, loss_value = (_evaluate_here(model, data, run.device) if spec.compute == "real"
+            top1, loss_value = (_evaluate_here(model, data, run.device) if computes_for_real(spec.compute)
                                 else (float("nan"), float("nan")))
             run.writer.eval(epoch=epoch, wall=time.perf_counter() - run.wall_start, top1=top1, loss=loss_value,
                             samples_seen=(update + 1) * spec.batch_size)
