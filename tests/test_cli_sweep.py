@@ -143,11 +143,15 @@ def test_reading_commands_never_create_a_database(tmp_path, command):
     assert not (tmp_path / "reports").exists()
 
 
-@pytest.mark.parametrize("study, runs", [("smoke", 4), ("horovod_scaling", 16), ("eager_sgd", 12), ("eager_sgd_lstm", 3)])
+@pytest.mark.parametrize("study, runs", [("smoke", 4), ("horovod_scaling", 16), ("eager_sgd", 12), ("eager_sgd_lstm", 3),
+                                         # 3 seeds; eager_catch_up=paper,apply_all makes each sync run twice: once
+                                         ("eager_sgd_paper_resnet32", 15)])
 def test_every_shipped_study_validates(tmp_path, study, runs):
     proc = scalestudy("sweep", f"study={study}", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("    launch: ") == runs and f"study {study}" in proc.stdout
+    if study == "eager_sgd_paper_resnet32":
+        assert proc.stdout.count("the same run as #") == 3 and "15 would launch" in proc.stdout
 
 
 def test_a_dry_run_lists_and_charges_only_the_runs_that_would_launch(tmp_path):

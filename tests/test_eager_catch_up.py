@@ -41,6 +41,15 @@ def test_each_catch_up_follows_the_hand_worked_schedule(catch_up):
     assert proc.returncode == 0 and f"OK solo {catch_up}" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
+def test_eager_evaluates_without_waiting_for_the_late_ranks():
+    """Each rank scores its own model on its shard and sends the scores to rank 0, which neither
+    waits for a late rank nor writes an epoch before every rank's is in; with one model on every
+    rank the result is the collective's (tests/mpi_programs/check_evaluation.py)."""
+    proc = mpiexec(3, str(REPO / "tests" / "mpi_programs" / "check_evaluation.py"), timeout=120)
+    assert proc.returncode == 0 and "OK 3 ranks" in proc.stdout, proc.stdout + proc.stderr
+
+
 def _profile(tmp_path) -> str:
     path = tmp_path / "sleepy.json"
     if not path.exists():

@@ -165,7 +165,9 @@ def test_the_shipped_profiles_are_the_papers_derived_step():
 def test_the_presets_plan_here(tmp_path, preset):
     proc = scalestudy("sweep", f"study={preset}", "--dry-run", f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("workers_per_node=8") == 6 and "model=hyperplane_mlp" in proc.stdout
+    # 3 delays x 3 seeds x (sync, eager_solo's paper and apply_all): 27 runs (36 jobs, sync's twice)
+    assert proc.stdout.count("    launch: ") == 27 and "model=hyperplane_mlp" in proc.stdout
+    assert proc.stdout.count("the same run as #") == 9
     assert loss_target(preset) == 4.7
 
 

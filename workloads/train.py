@@ -23,9 +23,10 @@ from mpi4py import MPI
 from . import objective
 from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
-from .data import Dataset, GlobalBatchSampler, load_dataset, shard
+from .data import Dataset, GlobalBatchSampler, load_dataset
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .energy import start_host_energy
+from .evaluation import ShardedEvaluation, evaluate
 from .imbalance import DelayInjector
 from .cpu_grant import cpu_record
 from .flops import FlopCount, count_training_flops, mfu, rank_peak, total_peak
@@ -68,37 +69,6 @@ def library_versions() -> dict[str, str]:
         "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
         "numpy": np.__version__,
     }
-
-
-def _score(model: torch.nn.Module, x_all, y_all, device: torch.device, batch: int) -> np.ndarray:
-    """(correct, summed loss, count) over these samples; correct is NaN where the objective has
-    no top-1 (regression: ``objective.scores`` gives None)."""
-    model.eval()
-    correct, loss_sum, count = 0.0, 0.0, 0
-    with torch.no_grad():
-        for lo in range(0, len(x_all), batch):
-            c, s, n = objective.scores(model(x_all[lo:lo + batch].to(device)), y_all[lo:lo + batch].to(device))
-            correct = float("nan") if c is None else correct + c
-            loss_sum, count = loss_sum + s, count + n
-    model.train()
-    return np.array([correct, loss_sum, count], dtype=np.float64)
-
-
-def evaluate(model: torch.nn.Module, data: Dataset, comm: MPI.Comm, device: torch.device,
-             batch: int = 512) -> tuple[float, float]:
-    """Top-1 accuracy and mean loss on the test set, sharded over ranks and summed (a collective)."""
-    part = shard(len(data.x_test), comm.Get_rank(), comm.Get_size())
-    totals = _score(model, data.x_test[part], data.y_test[part], device, batch)
-    comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
-    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
-
-
-def evaluate_own(model: torch.nn.Module, data: Dataset, device: torch.device, batch: int = 512) -> tuple[float, float]:
-    """Top-1 and mean loss of this rank's own model on the whole test set, with no collective:
-    how eager-SGD runs evaluate (the authors' processes each evaluate their own checkpoint), so
-    that an evaluation does not make every rank wait for the slowest, as a collective would."""
-    totals = _score(model, data.x_test, data.y_test, device, batch)
-    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
 
 def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -> TrainOutcome:
@@ -286,7 +256,10 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     step = gradients = samples_computed = evaluated = 0
     eval_seconds = 0.0
     last_top1 = last_loss = float("nan")
-    own_eval = spec.algorithm in EAGER_ALGORITHMS   # evaluate without a collective (evaluate_own)
+    # eager-SGD evaluates without a collective (workloads/evaluation.py): a barrier each epoch would
+    # hold every rank to the slowest; an emulated run computes nothing worth scoring
+    sharded = ShardedEvaluation(comm, data, device, writer.eval) \
+        if spec.algorithm in EAGER_ALGORITHMS and spec.compute != "emulated" else None
     batches, batches_of = [], -1
     comm.Barrier()
     wall_start = time.perf_counter()
@@ -312,26 +285,28 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
                                    phases=spec.records_timeline(step, rank))
             _write_rounds(writer, rank, engine.drain_rounds())
             step = min(engine.next_step(step), total_steps)
-            # every epoch this rank's steps have passed ends with an evaluation: a collective where
-            # every rank waits for every other anyway (each ends every epoch exactly once, whichever
-            # steps it computed); eager-SGD's rank 0 scores its own model alone (``evaluate_own``)
+            # every epoch this rank's steps have passed ends with an evaluation (each rank ends every
+            # epoch exactly once, whichever steps it computed)
             while evaluated < step // per_epoch:
                 eval_start = time.perf_counter()
-                # an emulated run computes nothing worth scoring: its accuracy is not measured
-                if spec.compute == "emulated" or (own_eval and rank != 0):
-                    last_top1, last_loss = float("nan"), float("nan")
-                elif own_eval:
-                    last_top1, last_loss = evaluate_own(engine.module, data, device)
-                else:
-                    last_top1, last_loss = evaluate(engine.module, data, comm, device)
+                seen = {"samples_seen": (evaluated + 1) * per_epoch * sampler.global_batch_size}
+                if sharded is not None:
+                    sharded.epoch(engine.module, evaluated, time.perf_counter() - wall_start, seen)
+                else:   # a collective: synchronous training waits for every rank at each step anyway
+                    last_top1, last_loss = (evaluate(engine.module, data, comm, device) if spec.compute != "emulated"
+                                            else (float("nan"), float("nan")))
+                    if rank == 0:
+                        writer.eval(epoch=evaluated, wall=time.perf_counter() - wall_start, top1=last_top1,
+                                    loss=last_loss, **seen)
                 eval_seconds += time.perf_counter() - eval_start
-                if rank == 0:
-                    writer.eval(epoch=evaluated, wall=time.perf_counter() - wall_start, top1=last_top1,
-                                loss=last_loss, samples_seen=(evaluated + 1) * per_epoch * sampler.global_batch_size)
                 evaluated += 1
+            if sharded is not None and rank == 0:
+                sharded.poll()
     finally:
         engine.close()
     train_seconds = time.perf_counter() - wall_start - eval_seconds
+    if sharded is not None:
+        last_top1, last_loss = sharded.finish()
 
     outcome = make_outcome(spec, comm, model, steps=step, samples=comm.allreduce(samples_computed),
                            train_seconds=train_seconds, wall_start=wall_start, phases=phases, top1=last_top1,

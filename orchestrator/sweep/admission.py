@@ -50,7 +50,9 @@ class Admitted:
         return self.specs[0].study
 
     def launching(self) -> list[RunSpec]:
-        return [s for s in self.specs if run_key(s) not in self.done]
+        """The runs to launch: not done, each once (two jobs can make one run: ``duplicate_jobs``)."""
+        keys = {run_key(s): s for s in self.specs if run_key(s) not in self.done}
+        return list(keys.values())
 
 
 # what the shipped site files hold until a user sets their own (site_configs/*.yaml: account:)
@@ -170,3 +172,17 @@ def admit(config: DictConfig, jobs: Sequence[SweepJob], console: Console) -> Adm
     admitted.retry_policy = RetryPolicy.from_config(OmegaConf.to_container(retries) if isinstance(retries, DictConfig)
                                                     else retries)
     return admitted
+
+
+def duplicate_jobs(jobs: Sequence[SweepJob], specs: Sequence[RunSpec]) -> dict[int, int]:
+    """Jobs whose run is an earlier job's (job idx -> that job's idx): a key swept that the run's
+    algorithm does not read (``eager_catch_up`` beside sync) makes the same run twice."""
+    first: dict[str, int] = {}
+    out = {}
+    for job, spec in zip(jobs, specs):
+        key = run_key(spec)
+        if key in first:
+            out[job.idx] = first[key]
+        else:
+            first[key] = job.idx
+    return out

@@ -32,7 +32,7 @@ from ..site.allocation import BatchJob, with_allocation
 from ..site.config import ALLOCATIONS, SiteConfig
 from ..site.launchers import launch_flags
 from ..site.queues import plan_batch_jobs
-from .admission import Admitted
+from .admission import Admitted, duplicate_jobs
 from .observer import SweepJob
 from .runspec import run_key
 
@@ -40,7 +40,8 @@ from .runspec import run_key
 def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int, str], rule=None) -> None:
     site, specs = admitted.site, admitted.specs
     out = Console(highlight=False, soft_wrap=True)
-    launching = [(j, s) for j, s in zip(jobs, specs) if run_key(s) not in admitted.done]
+    same = duplicate_jobs(jobs, specs)
+    launching = [(j, s) for j, s in zip(jobs, specs) if run_key(s) not in admitted.done and j.idx not in same]
     out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {admitted.study} on site {site.name} "
               f"({site.provider}, {site.mpi_launcher}), {len(launching)} would launch{admitted.done_note}; "
               "nothing is submitted")
@@ -49,7 +50,10 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
         out.print(f"{rule.describe()}: after these, up to {len(extra)} more run(s) ({rule.most - rule.first_stage} "
                   "a configuration), decided by the first stage's results; the node-hours 'at most' below count them")
     for job, spec in zip(jobs, specs):
-        if run_key(spec) in admitted.done:
+        if job.idx in same:
+            out.print(f"skip #{job.idx} {labels[job.idx]}: the same run as #{same[job.idx]} (it differs only in keys "
+                      "its algorithm does not read)")
+        elif run_key(spec) in admitted.done:
             out.print(f"skip #{job.idx} {labels[job.idx]}: already done (--rerun forces)")
     for job in admitted.batch_jobs:
         if job.note:

@@ -34,7 +34,7 @@ from workloads.spec import RunSpec
 
 from ..site.config import SiteConfig
 from ..site.launchers import launch_flags
-from .admission import Admitted, admit
+from .admission import Admitted, admit, duplicate_jobs
 from .attempts import archive_attempt, batch_job_of, holds_an_attempt, node_failure
 from .database_outages import DatabaseWrites
 from .job_returns import job_error
@@ -126,13 +126,24 @@ class SweepRecorder:
         self.engine = connect(OmegaConf.select(self.config, "db_url"))
         rerun = bool(OmegaConf.select(self.config, "rerun"))
         seconds, fit = admitted.prediction.seconds, admitted.prediction.fit_id
+        same = duplicate_jobs(jobs, admitted.specs)
+        kept = [(j, s) for j, s in zip(jobs, admitted.specs) if j.idx not in same]
         planned = [PlannedRun(run_key(s), s.to_dict(), str(j.output_dir), provenance(j.config),
                               (fit, seconds[j.idx]) if fit is not None and seconds.get(j.idx) is not None else None)
-                   for s, j in zip(admitted.specs, jobs)]
+                   for j, s in kept]
         decisions = register_runs(self.engine, admitted.study, planned, rerun=rerun, driver=self.driver)
         self._cancel_stopped_sweeps_jobs(decisions)
+        by_idx = {j.idx: d for (j, _), d in zip(kept, decisions)}
         submit = []
-        for job, decision in zip(jobs, decisions):
+        for job in jobs:
+            if job.idx in same:   # the same run as an earlier job of this sweep: it runs once
+                first = same[job.idx]
+                self.run_ids[job.idx] = by_idx[first].run_id
+                submit.append(False)
+                self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: the same run as #{first} (it differs "
+                                   f"only in keys its algorithm does not read)[/dim]")
+                continue
+            decision = by_idx[job.idx]
             self.run_ids[job.idx] = decision.run_id
             go = decision.submit and not self._recovered(job, decision)
             submit.append(go)

@@ -1,0 +1,124 @@
+"""What eager-SGD's partial allreduce costs when no rank is late: eager_solo's rounds per second
+over sync's, with no imbalance, in this tree and in an earlier one, interleaved.
+
+    python benchmarks/bench_eager_overhead.py --before DIR [--ranks 2,4,8] [--repeats 5]
+        [--cases resnet20,emulated50,resnet50] [--steps 40] [--warmup 10]
+
+``--before DIR``: a checkout of an earlier commit (``git worktree add DIR COMMIT``). Each round,
+for each case and rank count, one MPI job per tree runs sync then eager_solo (one start-up for
+both: ``tests/mpi_programs/train_specs.py``), the trees alternating (A B A B). A run's rate is
+rank 0's rounds per second over the steps after ``--warmup`` (from its step records: start-up
+and evaluation left out). Cases:
+
+- ``resnet20``: real compute, CIFAR-shaped generated images, batch 32 a rank;
+- ``emulated50``: resnet20's parameters, compute emulated at 50 ms a step (sleeps: the rank's
+  core is free for the collectives, as on a node whose GPU computes);
+- ``resnet50``: ResNet-50's gradient (23.5 M values, 94 MB), compute emulated from the paper's
+  own step time (``paper_resnet50_p100``, 641 ms), at 8 ranks only (a 94 MB allreduce of 8 ranks
+  on 2 cores is what a round costs here), fewer steps.
+
+Printed: per case and rank count, each tree's eager/sync ratio (median over rounds, min-max),
+and each algorithm's rounds/s; the goal is eager/sync >= 0.97 (and >= 1 per round at ResNet-50's
+size, "no slower than sync's allreduce").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+CASES = {
+    "resnet20": {"model": "resnet20", "dataset": "synthetic_images", "batch_size": 32},
+    "emulated50": {"model": "resnet20", "dataset": "synthetic_images", "batch_size": 32, "compute": "emulated"},
+    "resnet50": {"model": "resnet50", "dataset": "synthetic_images", "batch_size": 64, "compute": "emulated",
+                 "compute_profile": "paper_resnet50_p100"},
+}
+
+
+def emulated_profile(folder: Path) -> str:
+    from workloads.emulation import ComputeProfile
+
+    path = folder / "fifty_ms.json"
+    path.write_text(ComputeProfile((0.0125,), (0.0375,), {}, {"model": "resnet20", "note": "bench: 50 ms"}).to_json())
+    return str(path)
+
+
+def rate(run_dir: Path, warmup: int) -> float:
+    """Rank 0's rounds per second from its step records, after ``warmup`` steps: consecutive
+    steps of one epoch only (the evaluation between epochs left out)."""
+    records = [json.loads(line) for line in (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()]
+    steps = sorted((r["step"], r["epoch"], r["t_start"]) for r in records if r.get("type") == "step")
+    gaps = [b[2] - a[2] for a, b in zip(steps, steps[1:]) if a[0] >= warmup and a[1] == b[1] and b[0] == a[0] + 1]
+    return len(gaps) / sum(gaps)
+
+
+def one_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path) -> dict[str, float]:
+    """sync then eager_solo in one MPI job of ``tree``'s code; their rounds per second."""
+    specs = []
+    for algorithm in ("sync", "eager_solo"):
+        folder = Path(tempfile.mkdtemp(prefix=f"{algorithm}-", dir=scratch))
+        per_epoch = min(steps, 2458 // (case["batch_size"] * ranks)) if case["dataset"] == "synthetic_images" else steps
+        spec = {"study": "bench", "site": "local", "nodes": 1, "workers_per_node": ranks, "threads_per_node": ranks,
+                "epochs": -(-steps // per_epoch), "steps_per_epoch": per_epoch, "algorithm": algorithm, **case}
+        (folder / "spec.json").write_text(json.dumps(spec))
+        specs.append(folder / "spec.json")
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(tree))
+    proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), sys.executable,
+                           str(tree / "tests" / "mpi_programs" / "train_specs.py"), *map(str, specs)],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tree}: {proc.stderr[-3000:]}")
+    out = {alg: rate(spec.parent, warmup) for alg, spec in zip(("sync", "eager_solo"), specs)}
+    for spec in specs:
+        shutil.rmtree(spec.parent, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True)
+    ap.add_argument("--ranks", default="2,4,8")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cases", default="resnet20,emulated50,resnet50")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-eager-overhead-"))
+    CASES["emulated50"]["compute_profile"] = emulated_profile(scratch)
+    trees = {"before": Path(args.before).absolute(), "after": REPO}
+    plan = [(c, n) for c in args.cases.split(",") for n in (map(int, args.ranks.split(",")) if c != "resnet50" else [8])]
+    results: dict[tuple, list[dict[str, float]]] = {(c, n, t): [] for c, n in plan for t in trees}
+    for r in range(args.repeats):
+        for case, ranks in plan:
+            steps, warmup = (12, 3) if case == "resnet50" else (args.steps, args.warmup)
+            for tree, path in trees.items():
+                got = one_job(path, CASES[case], ranks, steps, warmup, scratch)
+                results[(case, ranks, tree)].append(got)
+                print(f"  round {r + 1}/{args.repeats} {case} {ranks} ranks {tree}: sync {got['sync']:.3f}, "
+                      f"eager_solo {got['eager_solo']:.3f} rounds/s, ratio {got['eager_solo'] / got['sync']:.3f}",
+                      flush=True)
+    print("\neager_solo / sync, rounds per second without imbalance: median (min-max) over rounds")
+    for case, ranks in plan:
+        line = f"  {case:10s} {ranks} ranks:"
+        for tree in trees:
+            runs = results[(case, ranks, tree)]
+            ratios = [x["eager_solo"] / x["sync"] for x in runs]
+            line += (f"  {tree} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) "
+                     f"[sync {statistics.median(x['sync'] for x in runs):.2f}, eager "
+                     f"{statistics.median(x['eager_solo'] for x in runs):.2f}]")
+        print(line)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
