@@ -7,7 +7,7 @@ Per rank count, one metrics folder shaped as the workload writes with ``timeline
 (``metrics_fixture``: per rank and step four phases, ``--events`` gradient-ready events, a fused
 allreduce per 20 of them) is ingested into a fresh SQLite database, alternately (A B A B ...):
 
-- file: ``ingest_run`` as it runs by default, the events into ``<db>.events/run-N.parquet``;
+- file: ``ingest_run`` as it runs by default, the events into ``<db>.events/<database id>/run-N.parquet``;
 - table: ``ingest_run(..., events_table=True)``, the events as rows of the ``events`` table
   (what every run did before; what a PostgreSQL database without ``SCALESTUDY_EVENTS_DIR`` does).
 

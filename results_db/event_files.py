@@ -7,10 +7,17 @@ they are written as fast as the ranks' JSON lines are parsed, and read back by c
 step range, the row groups' step statistics skipping the rest. The measures derived from them
 (``step_stats``) are folded as the events are parsed and stay in SQL.
 
-Layout: a run's events are a folder, ``run-N.parquet/``, of part files of at most
+Layout: a run's events are a folder, ``<database id>/run-N.parquet/``, of part files of at most
 ``GROUPS_PER_PART`` row groups each (a Parquet writer holds every group's metadata until it
 closes, ~8 KB each: bounded parts keep ingestion's memory flat however long the run). A file of
 that name (one part) is a run an earlier scalestudy ingested; it reads the same.
+
+Names: the database's id (``database_id``: a random UUID made once, in its ``settings`` table)
+comes first, so that two databases sharing one folder (``$SCALESTUDY_EVENTS_DIR``) never share a
+name (run N of each was ``run-N.parquet``, and one's timeline replaced the other's), a re-ingestion
+of run N replaces or removes only its own database's file, and ``run_files`` lists exactly a set of
+runs' files (what a copy of those runs must carry). Runs ingested before the id keep the names they
+recorded (``run-N.parquet``) and read as before.
 
 Where: ``$SCALESTUDY_EVENTS_DIR`` when set; else, for a SQLite database file, the folder beside it
 (``results.db`` -> ``results.db.events/``). Without either (PostgreSQL without the variable, an
@@ -25,7 +32,9 @@ Ingestion writes them through ``event_sink.ColumnSink``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Sequence
 
@@ -60,8 +69,61 @@ def events_dir(engine: Engine) -> Path | None:
     return db.with_name(db.name + ".events")
 
 
-def file_name(run_id: int) -> str:
-    return f"run-{int(run_id)}.parquet"
+DATABASE_ID = "database_id"   # the ``settings`` row that names this database's event files
+_ID_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,64}")   # one folder name, nothing that leaves the events folder
+
+
+def database_id(engine: Engine) -> str:
+    """This database's identity: a random UUID (hex) made once, by migration 0018 (or here, for a
+    database whose row is gone), kept in its ``settings`` table: a copy of the database's file keeps
+    it, a copy of some of its rows into another database (``study_copy``) does not. Its event files
+    are named under it (``file_name``). Read it before opening a write transaction on a SQLite
+    database: making a missing row takes a write transaction of its own."""
+    from sqlalchemy import insert, select
+    from sqlalchemy.exc import IntegrityError
+
+    from .schema import Setting
+    from .store import writer
+
+    stmt = select(Setting.value).where(Setting.name == DATABASE_ID)
+    with engine.connect() as conn:
+        found = conn.execute(stmt).scalar()
+    if found is None:
+        try:
+            with writer(engine).begin() as conn:
+                conn.execute(insert(Setting).values(name=DATABASE_ID, value=uuid.uuid4().hex))
+        except IntegrityError:   # made meanwhile by another writer: that one stands
+            pass
+        with engine.connect() as conn:
+            found = conn.execute(stmt).scalar_one()
+    if not _ID_SHAPE.fullmatch(str(found)):
+        raise EventFileError(f"this database's {DATABASE_ID} ({found!r}, in its settings table) is not a "
+                             "folder name (letters, digits, - and _): its event files cannot be named")
+    return str(found)
+
+
+def file_name(run_id: int, database: str) -> str:
+    """Run ``run_id``'s events, relative to the events folder: under its database's id, so that no
+    other database sharing the folder has that name (``runs.events_file`` records it)."""
+    return f"{database}/run-{int(run_id)}.parquet"
+
+
+def run_files(engine: Engine, run_ids: Sequence[int]) -> dict[str, Path]:
+    """Exactly these runs' event files, and no other's: each name as ``runs.events_file`` records it
+    (relative to the events folder, so where a copy of these runs' rows must find it under its own
+    events folder) -> the file or folder it names now. Runs whose events, if any, are rows of the
+    events table have no entry; a run whose file is gone raises EventFileError (a copy without it
+    would not read)."""
+    from sqlalchemy import select
+
+    from .schema import Run
+
+    ids = [int(i) for i in run_ids]
+    stmt = (select(Run.id, Run.events_file).where(Run.id.in_(ids), Run.events_file.is_not(None))
+            .order_by(Run.id))
+    with engine.connect() as conn:
+        recorded = [(int(run_id), str(name)) for run_id, name in conn.execute(stmt)]
+    return {name: path_of(engine, run_id, name) for run_id, name in recorded}
 
 
 def path_of(engine: Engine, run_id: int, name: str) -> Path:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from . import event_files
-from .event_files import (DERIVE_PHASES, EVENTS_DIR_ENV, REQUIRED, EventFileError, arrow_schema, file_name,
-                          part_name, remove_path)
+from .event_files import (DERIVE_PHASES, EVENTS_DIR_ENV, REQUIRED, EventFileError, arrow_schema, part_name,
+                          remove_path)
 
 _JSON_BLOCK = 1 << 19   # bytes per block of the JSON reader: a 4 MiB block of lines parses on both cores here
 _FOLD_ROWS = 200_000   # events the measures read, folded at once: ended ranks', or a long rank's complete steps
@@ -71,18 +71,19 @@ class ColumnSink:
     into ``stats`` when the rank ends (``end_rank``), or, for a long rank, its steps well behind
     the latest as blocks come (``_fold_rank_head``). Written to a temporary folder; ``commit``
     puts it in place just before the run's transaction commits, ``discard`` removes it when
-    ingestion fails."""
+    ingestion fails. ``database``: the id of the database the run is in (``event_files.database_id``),
+    under which its file is named: what the sink replaces or removes is that database's only."""
 
-    def __init__(self, folder: Path, run_id: int, batch: int | None = None) -> None:
+    def __init__(self, folder: Path, run_id: int, batch: int | None = None, *, database: str) -> None:
+        self.name = event_files.file_name(run_id, database)
+        self.path = folder / self.name
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise EventFileError(f"timeline events folder {folder} (${EVENTS_DIR_ENV}, or beside the database): "
                                  f"cannot be made ({exc.strerror or exc})") from None
-        self.name = file_name(run_id)
-        self.path = folder / self.name
-        self.tmp_path = folder / f".{self.name}.{os.getpid()}.tmp"
-        _remove_dead_writers(folder, self.name)
+        self.tmp_path = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        _remove_dead_writers(self.path.parent, self.path.name)
         self.batch = batch or event_files.ROW_GROUP
         self.rows: list[tuple] = []
         self.written = 0
@@ -305,10 +306,14 @@ class ColumnSink:
             self._writer = None
 
     def commit(self) -> str | None:
-        """The run's parts in place; the folder's name, None where no event was written."""
+        """The run's parts in place; the folder's name, None where no event was written. Either way
+        what this database's run had under that name before goes (an earlier attempt's, kept by an
+        ingestion killed before its transaction committed, whose run ran again): never another
+        database's, whose names begin with its own id."""
         self.close()
         if not self.written:
             self.discard()
+            remove_path(self.path)
             return None
         remove_path(self.path)   # an earlier ingestion's (a run re-run), a folder or a file of one part
         os.replace(self.tmp_path, self.path)

@@ -385,6 +385,8 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         raise IngestError(f"{run_dir}/{METRICS_DIR}: no rank-*.jsonl files")
 
     accounted = _slurm_energy_of(rank_files)
+    folder = None if events_table else event_files.events_dir(engine)
+    database = event_files.database_id(engine) if folder is not None else None   # before the write lock
     with Session(writer(engine)) as session, session.begin():
         run = session.get(Run, run_id, with_for_update=engine.dialect.name != "sqlite")
         if run is None:
@@ -392,8 +394,7 @@ def ingest_run(engine: Engine, run_id: int, run_dir: str | Path, job_id: str | N
         if run.ingested_at is not None:
             return False
         steps = RowSink(session, "steps", ("run_id", "rank", *STEP_FIELDS))
-        folder = None if events_table else event_files.events_dir(engine)
-        events = (event_sink.ColumnSink(folder, run_id) if folder is not None
+        events = (event_sink.ColumnSink(folder, run_id, database=database) if folder is not None
                   else RowSink(session, "events", _EVENT_COLUMNS))
         totals = _RunTotals()
         path = run_dir

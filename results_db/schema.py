@@ -285,3 +285,14 @@ class ModelFit(Base):
     warmup: Mapped[int] = mapped_column(Integer)
     workloads: Mapped[Optional[dict]] = mapped_column(JSON)   # algorithm -> what its runs measured (perf_model.shape)
     bootstrap: Mapped[Optional[list]] = mapped_column(JSON)   # [{term: params, "workloads": shapes}], refits on runs drawn whole
+
+
+class Setting(Base):
+    """The database's own facts, one row each (migration 0018). ``database_id``: a random UUID made
+    once, which keys the database's timeline event files (``results_db.event_files.database_id``),
+    so that databases sharing one events folder never share a file's name."""
+
+    __tablename__ = "settings"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

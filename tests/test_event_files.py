@@ -37,6 +37,11 @@ def _ingest(url: str, run_dir, table: bool = False, key: str = "k"):
     return engine, d.run_id
 
 
+def _file(engine, run_id):
+    """Where run ``run_id``'s events are, as its database names them (under the database's id)."""
+    return event_files.events_dir(engine) / event_files.file_name(run_id, event_files.database_id(engine))
+
+
 def _same(file_engine, file_id, table_engine, table_id):
     a, b = query.events(file_engine, [file_id]), query.events(table_engine, [table_id])
     assert len(a) and list(a.columns) == list(b.columns) == query.EVENT_COLUMNS
@@ -80,7 +85,8 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
     file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
     table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
     [name] = query.runs(file_engine, run_ids=[file_id], columns=["events_file"])["events_file"]
-    assert name == f"run-{file_id}.parquet" and (tmp_path / "f.db.events" / name / "part-00000.parquet").is_file()
+    assert name == event_files.file_name(file_id, event_files.database_id(file_engine))
+    assert (tmp_path / "f.db.events" / name / "part-00000.parquet").is_file()
     assert query.runs(table_engine, run_ids=[table_id], columns=["events_file"])["events_file"].isna().all()
     with file_engine.connect() as conn:   # nothing went into the table
         from sqlalchemy import text
@@ -128,11 +134,12 @@ def test_the_folder_is_the_variables_or_beside_the_database_and_postgresql_witho
 
     monkeypatch.setenv(event_files.EVENTS_DIR_ENV, str(tmp_path / "shared-events"))
     pg2, pg2_id = _ingest(postgres_url, run_dir, key="k2")
-    assert (tmp_path / "shared-events" / f"run-{pg2_id}.parquet").is_dir()
+    assert (tmp_path / "shared-events" / event_files.file_name(pg2_id, event_files.database_id(pg2))).is_dir()
     _same(pg2, pg2_id, pg, pg_id)
 
     sqlite, sqlite_id = _ingest(f"sqlite:///{tmp_path / 's.db'}", run_dir)
-    assert (tmp_path / "shared-events" / f"run-{sqlite_id}.parquet").is_dir()   # the variable wins
+    assert _file(sqlite, sqlite_id) == tmp_path / "shared-events" / event_files.file_name(
+        sqlite_id, event_files.database_id(sqlite)) and _file(sqlite, sqlite_id).is_dir()   # the variable wins
     assert not (tmp_path / "s.db.events").exists()
 
 
@@ -148,7 +155,7 @@ def test_a_database_moved_with_its_folder_reads_and_a_lost_file_is_said_in_one_l
     shutil.move(tmp_path / "a.db.events", moved / "b.db.events")
     engine = connect(f"sqlite:///{moved / 'b.db'}")
     assert len(query.events(engine, [run_id])) == 2 * 6 * (4 + 5 + 1)
-    shutil.rmtree(moved / "b.db.events" / f"run-{run_id}.parquet")
+    shutil.rmtree(moved / "b.db.events" / query.event_files_of(engine, [run_id])[run_id])
     with pytest.raises(event_files.EventFileError, match=f"run {run_id}: its timeline file .* is missing"):
         query.events(engine, [run_id])
 
@@ -176,7 +183,8 @@ def test_a_bad_event_line_is_named_and_leaves_nothing_behind(tmp_path, monkeypat
     with pytest.raises(IngestError, match=message) as caught:
         ingest_run(engine, d.run_id, run_dir)
     assert f":{at + 1}:" in str(caught.value) and "\n" not in str(caught.value)
-    assert list((tmp_path / "x.db.events").iterdir()) == []
+    assert [p for p in (tmp_path / "x.db.events").rglob("*") if not p.is_dir()] == []
+    assert list((tmp_path / "x.db.events").rglob("*run-*")) == []
     assert query.runs(engine, run_ids=[d.run_id], columns=["status"])["status"].tolist() == ["pending"]
 
 
@@ -205,8 +213,8 @@ def test_a_killed_ingestions_temporary_file_is_removed_by_the_next_and_a_live_on
     engine = connect(f"sqlite:///{tmp_path / 'k.db'}")
     [d] = register_runs(engine, "ev", [PlannedRun("k", {**RunSpec.load(run_dir / "spec.json").to_dict(),
                                                          "timeline": True}, str(run_dir))])
-    folder = tmp_path / "k.db.events"
-    folder.mkdir()
+    folder = tmp_path / "k.db.events" / event_files.database_id(engine)
+    folder.mkdir(parents=True)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -259,7 +267,7 @@ def test_an_event_line_longer_than_a_json_block_is_still_read(tmp_path, monkeypa
                         separators=(",", ":")).encode() + b"\n" for s in range(10)]
     with pytest.raises(pa.ArrowInvalid, match="straddling"):   # the reader's limit, the control
         pj.read_json(io.BytesIO(b"".join(lines)), read_options=pj.ReadOptions(block_size=1024))
-    sink = event_sink.ColumnSink(tmp_path, 1)
+    sink = event_sink.ColumnSink(tmp_path, 1, database="d")
     sink.add_lines(0, lines)
     sink.flush()
     frame = event_files.read(tmp_path / sink.commit(), ["step", "tensors"])
@@ -274,7 +282,7 @@ def test_a_lost_file_is_one_error_line_from_the_timeline_command(tmp_path, monke
     make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
     engine, run_id = _ingest(f"sqlite:///{tmp_path / 'l.db'}", run_dir)
     engine.dispose()
-    shutil.rmtree(tmp_path / "l.db.events" / f"run-{run_id}.parquet")
+    shutil.rmtree(_file(engine, run_id))
     proc = scalestudy("timeline", str(run_id), "--db", f"sqlite:///{tmp_path / 'l.db'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "is missing" in proc.stderr and "Traceback" not in proc.stderr
@@ -297,7 +305,7 @@ def test_an_events_folder_that_cannot_be_made_fails_the_ingestion_in_one_line_an
     assert sorted((p.name, p.stat().st_size) for p in (run_dir / "metrics").iterdir()) == before
     again = scalestudy("ingest", str(run_dir), "--db", db, cwd=tmp_path, env={event_files.EVENTS_DIR_ENV: str(tmp_path / "ev")})
     assert again.returncode == 0, again.stdout + again.stderr
-    assert len(list((tmp_path / "ev").glob("run-*.parquet"))) == 1
+    assert len(list((tmp_path / "ev").glob("*/run-*.parquet"))) == 1
 
 
 def test_a_run_in_many_part_files_reads_as_the_table_does(tmp_path, monkeypatch):
@@ -312,35 +320,53 @@ def test_a_run_in_many_part_files_reads_as_the_table_does(tmp_path, monkeypatch)
     make_metrics_dir(run_dir, ranks=3, steps=30, events_per_step=25)
     file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
     table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
-    parts = sorted((tmp_path / "f.db.events" / f"run-{file_id}.parquet").glob("part-*.parquet"))
+    parts = sorted(_file(file_engine, file_id).glob("part-*.parquet"))
     assert len(parts) > 10
     assert all(pq.ParquetFile(p).metadata.num_row_groups <= 3 for p in parts)
     _same(file_engine, file_id, table_engine, table_id)
 
 
-def test_a_run_kept_as_one_file_by_an_earlier_version_still_reads_and_a_reingestion_replaces_it(tmp_path, monkeypatch):
-    """Before part files a run's events were one file, ``run-N.parquet``: it reads as before;
-    writing the run's events again (a re-run's ingestion) puts the folder of parts in its place."""
+def test_runs_named_by_earlier_versions_still_read_and_a_rerun_leaves_their_old_name_alone(tmp_path, monkeypatch):
+    """Earlier versions named a run's events ``run-N.parquet``, with no database id: one file before
+    part files, a folder of parts since. Both read as before, from the name the run recorded.
+    Writing run N's events again (a re-run's ingestion) names them under the database's id and
+    leaves the old name alone: under a shared folder it may be another database's run N."""
     import pyarrow.parquet as pq
+    from sqlalchemy import update
+
+    from results_db.schema import Run
 
     monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
     run_dir = tmp_path / "run"
     make_metrics_dir(run_dir, ranks=2, steps=10, events_per_step=5)
     engine, run_id = _ingest(f"sqlite:///{tmp_path / 'o.db'}", run_dir)
     expected = query.events(engine, [run_id])
-    folder = tmp_path / "o.db.events" / f"run-{run_id}.parquet"
-    whole = pq.read_table(folder)
-    shutil.rmtree(folder)
-    pq.write_table(whole, folder, row_group_size=17)   # the earlier layout: one file by that name
-    pd.testing.assert_frame_equal(query.events(engine, [run_id]), expected)
-    pd.testing.assert_frame_equal(query.events(engine, [run_id], steps=(3, 4)),
-                                  expected[expected["step"].between(3, 4)].reset_index(drop=True))
-    sink = event_sink.ColumnSink(folder.parent, run_id)   # the run's events written again (a re-run)
+    keyed = _file(engine, run_id)
+    assert keyed.parent.name == event_files.database_id(engine)
+    folder = keyed.parent.parent
+    whole = pq.read_table(keyed)
+    shutil.copytree(keyed, folder / "parts")
+    shutil.rmtree(keyed)
+    old = folder / f"run-{run_id}.parquet"   # the name an earlier version gave it, recorded as it was
+    with engine.begin() as conn:
+        conn.execute(update(Run).where(Run.id == run_id).values(events_file=old.name))
+    for layout in ("a folder of parts", "one file"):
+        event_files.remove_path(old)
+        if layout == "one file":
+            pq.write_table(whole, old, row_group_size=17)
+        else:
+            shutil.copytree(folder / "parts", old)
+        pd.testing.assert_frame_equal(query.events(engine, [run_id]), expected, obj=layout)
+        pd.testing.assert_frame_equal(query.events(engine, [run_id], steps=(3, 4)),
+                                      expected[expected["step"].between(3, 4)].reset_index(drop=True), obj=layout)
+        assert event_files.run_files(engine, [run_id]) == {old.name: old}
+    sink = event_sink.ColumnSink(folder, run_id, database=event_files.database_id(engine))   # written again
     sink.add_lines(1, (run_dir / "metrics" / "rank-1.jsonl").read_bytes().splitlines(keepends=True)[2:5])
     sink.flush()
-    assert sink.commit() == folder.name
-    assert folder.is_dir() and (folder / event_files.part_name(0)).is_file()
-    assert query.events(engine, [run_id])["rank"].tolist() == [1, 1, 1]
+    assert sink.commit() == f"{keyed.parent.name}/{keyed.name}"
+    assert keyed.is_dir() and (keyed / event_files.part_name(0)).is_file()
+    assert old.is_file()   # not this version's to remove
+    assert len(event_files.read(keyed)) == 3
 
 
 def test_event_lines_are_found_as_a_line_by_line_reading_finds_them():
@@ -412,7 +438,7 @@ def test_a_bad_line_early_in_a_long_file_is_named_and_the_read_ahead_thread_ends
     with pytest.raises(IngestError, match=f"rank-0.jsonl:{bad + 1}: .*t0"):
         ingest_run(engine, d.run_id, run_dir)
     assert not [t for t in threading.enumerate() if t.name == "rank-file-reader"]
-    assert not list((tmp_path / "b.db.events").glob(".run-*"))   # nothing half-written is left
+    assert not list((tmp_path / "b.db.events").rglob(".run-*"))   # nothing half-written is left
 
 
 def test_an_emptied_events_folder_is_said_in_one_line(tmp_path, monkeypatch):
@@ -420,8 +446,138 @@ def test_an_emptied_events_folder_is_said_in_one_line(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     make_metrics_dir(run_dir, ranks=2, steps=4, events_per_step=5)
     engine, run_id = _ingest(f"sqlite:///{tmp_path / 'e.db'}", run_dir)
-    folder = tmp_path / "e.db.events" / f"run-{run_id}.parquet"
+    folder = _file(engine, run_id)
     for part in folder.iterdir():
         part.unlink()
     with pytest.raises(event_files.EventFileError, match="without its part files"):
         query.events(engine, [run_id])
+
+
+# -- two databases on one events folder ---------------------------------------------------------
+
+def _run_folder(folder, ranks: int, steps: int, timeline: bool = True):
+    """A run folder as the workload writes it (``benchmarks/metrics_fixture.py``), no MPI; without
+    ``timeline`` its ranks wrote no event line (a run that recorded no timeline)."""
+    make_metrics_dir(folder, ranks=ranks, steps=steps, events_per_step=5)
+    if not timeline:
+        for path in (folder / "metrics").glob("rank-*.jsonl"):
+            path.write_text("".join(line for line in path.read_text().splitlines(keepends=True)
+                                    if '"type":"event"' not in line))
+    return folder
+
+
+# The control of each test below: the same test with the names as they were before the database's id
+# keyed them (``run-N.parquet``), which must fail it (strict: a pass there means the test cannot tell).
+_NAMINGS = ["keyed", pytest.param("run-N", marks=pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="the control: run-N.parquet is the same name in both databases"))]
+
+
+def _name_files(monkeypatch, naming: str) -> None:
+    if naming == "run-N":
+        monkeypatch.setattr(event_files, "file_name", lambda run_id, database: f"run-{int(run_id)}.parquet")
+
+
+@pytest.mark.parametrize("naming", _NAMINGS)
+def test_two_databases_sharing_an_events_folder_each_keep_their_own_run_1(tmp_path, monkeypatch, naming):
+    """Two databases, one $SCALESTUDY_EVENTS_DIR, a timeline run with id 1 in each (2 ranks x 6 steps
+    in a, 3 x 5 in b): each reads its own run's events afterwards, from a file of its own, and each
+    lists (``run_files``: what a copy of those runs carries) exactly its runs' files. Today's names
+    fail it: b's ingestion replaced a's ``run-1.parquet`` and a read b's events."""
+    _name_files(monkeypatch, naming)
+    shared = tmp_path / "shared"
+    monkeypatch.setenv(event_files.EVENTS_DIR_ENV, str(shared))
+    a, a_id = _ingest(f"sqlite:///{tmp_path / 'a.db'}", _run_folder(tmp_path / "run-a", ranks=2, steps=6))
+    a_events = query.events(a, [a_id])
+    assert len(a_events) == 2 * 6 * (4 + 5 + 1)
+    b, b_id = _ingest(f"sqlite:///{tmp_path / 'b.db'}", _run_folder(tmp_path / "run-b", ranks=3, steps=5))
+    assert a_id == b_id == 1
+    assert event_files.database_id(a) != event_files.database_id(b)
+
+    pd.testing.assert_frame_equal(query.events(a, [1]), a_events)
+    b_events = query.events(b, [1])
+    assert sorted(b_events["rank"].unique()) == [0, 1, 2] and len(b_events) == 3 * 5 * (4 + 5 + 1)
+    assert query.timeline_sizes(a, [1]) == {1: len(a_events)} and query.timeline_sizes(b, [1]) == {1: len(b_events)}
+    a_files, b_files = event_files.run_files(a, [1]), event_files.run_files(b, [1])
+    assert len(a_files) == len(b_files) == 1
+    assert set(a_files.values()).isdisjoint(b_files.values()), (a_files, b_files)
+
+    # a second run in a, and one without a timeline: a set of runs lists exactly its runs' files
+    a2, a2_id = _ingest(f"sqlite:///{tmp_path / 'a.db'}", _run_folder(tmp_path / "run-a2", ranks=2, steps=3), key="k2")
+    a3, a3_id = _ingest(f"sqlite:///{tmp_path / 'a.db'}", _run_folder(tmp_path / "run-a3", ranks=2, steps=3,
+                                                                        timeline=False), key="k3")
+    assert (a2_id, a3_id) == (2, 3)
+    both = event_files.run_files(a, [1, 2, 3])
+    assert list(both) == [*a_files, *event_files.run_files(a, [2])] and event_files.run_files(a, [3]) == {}
+    assert all(path.is_dir() and path.parent.parent == shared for path in both.values())
+    for name, path in both.items():   # each listed file holds its run's events, under the name recorded
+        assert path == shared / name
+    assert len(event_files.read(both[next(iter(a_files))])) == len(a_events)
+    assert not set(both.values()) & set(b_files.values())
+
+
+class _Killed(Exception):
+    """The ingestion's process killed before its transaction committed (the ``ingest`` failpoint)."""
+
+
+@pytest.mark.parametrize("naming", _NAMINGS)
+def test_a_rerun_without_a_timeline_removes_its_own_earlier_file_and_not_another_databases(
+        tmp_path, monkeypatch, naming):
+    """Database a's run 1 is ingested with its timeline and the process killed before the transaction
+    committed (the reliability suite's ``ingest`` failpoint, here an exception): its event file is in
+    place, the run still pending. Database b, on the same events folder, ingests its own run 1. Then
+    a's run 1 runs again (a later sweep takes the pending run over: the same row) and records no
+    timeline (it failed before its first step, say): a's earlier file is gone, b's stays and b reads
+    its events. Today's names fail it: both were ``run-1.parquet``, and a's re-run removed b's."""
+    _name_files(monkeypatch, naming)
+    shared = tmp_path / "shared"
+    monkeypatch.setenv(event_files.EVENTS_DIR_ENV, str(shared))
+    a = connect(f"sqlite:///{tmp_path / 'a.db'}")
+    first = _run_folder(tmp_path / "run-a", ranks=2, steps=6)
+    spec = {**RunSpec.load(first / "spec.json").to_dict(), "timeline": True}
+    [d] = register_runs(a, "ev", [PlannedRun("k", spec, str(first))])
+
+    def killed(name):
+        if name == "ingest":
+            raise _Killed(name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ingest, "failpoint", killed)
+        with pytest.raises(_Killed):
+            ingest_run(a, d.run_id, first)
+    a_file = shared / event_files.file_name(d.run_id, event_files.database_id(a))
+    assert a_file.is_dir()   # left in place, recorded nowhere
+    assert query.runs(a, run_ids=[d.run_id], columns=["status", "events_file"]).values.tolist() == [["pending", None]]
+
+    b, b_id = _ingest(f"sqlite:///{tmp_path / 'b.db'}", _run_folder(tmp_path / "run-b", ranks=3, steps=4))
+    assert b_id == d.run_id == 1
+    b_events = query.events(b, [b_id])
+    [b_file] = event_files.run_files(b, [b_id]).values()
+
+    again = _run_folder(tmp_path / "run-a-again", ranks=2, steps=2, timeline=False)
+    [d2] = register_runs(a, "ev", [PlannedRun("k", spec, str(again))])
+    assert d2.run_id == d.run_id and d2.taken_over_from == str(first)   # the same row, run again
+    assert ingest_run(a, d2.run_id, again)
+    assert query.runs(a, run_ids=[1], columns=["status", "events_file"]).values.tolist() == [["done", None]]
+    assert not a_file.exists(), "a's earlier file was left behind"
+    assert b_file.is_dir(), "a's re-run removed b's file"
+    pd.testing.assert_frame_equal(query.events(b, [b_id]), b_events)
+    assert len(query.events(a, [1])) == 0
+
+
+def test_a_database_id_is_made_once_kept_and_must_be_a_folder_name(tmp_path):
+    """Migration 0018 makes the id; a database whose row is gone makes one on first use and keeps
+    it; an id that would name a path outside the events folder is refused in one line."""
+    from sqlalchemy import text
+
+    engine = connect(f"sqlite:///{tmp_path / 'i.db'}")
+    made = event_files.database_id(engine)
+    assert len(made) == 32 and event_files.database_id(engine) == made
+    assert event_files.database_id(connect(f"sqlite:///{tmp_path / 'j.db'}")) != made
+    with engine.begin() as conn:
+        conn.execute(text("delete from settings"))
+    again = event_files.database_id(engine)
+    assert again != made and event_files.database_id(engine) == again
+    with engine.begin() as conn:
+        conn.execute(text("update settings set value = '../elsewhere' where name = 'database_id'"))
+    with pytest.raises(event_files.EventFileError, match="is not a folder name"):
+        event_files.database_id(engine)

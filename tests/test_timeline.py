@@ -215,7 +215,7 @@ def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monke
     folds = []
     add = StepStats.add
     monkeypatch.setattr(StepStats, "add", lambda self, chunk: (folds.append(len(chunk)), add(self, chunk)))
-    sink = event_sink.ColumnSink(tmp_path / f"events-{fold_rows}", run_id=1)
+    sink = event_sink.ColumnSink(tmp_path / f"events-{fold_rows}", run_id=1, database="d")
     try:
         for rank, mine in events.groupby("rank", sort=True):
             lines = [json.dumps({"type": "event", "schema": 1, "step": int(e.step), "tensor": e.tensor,
