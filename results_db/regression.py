@@ -20,6 +20,11 @@ from .compare import CompareError, config_axes, hashable
 from .query import expand_json
 
 
+# a two-set comparison's columns after the configuration's keys
+COLUMNS = ("a_repeats", "b_repeats", "a_mean", "b_mean", "change", "change_low", "change_high", "p_value", "p_adjusted",
+           "effect", "detectable", "verdict")
+
+
 def _key(values) -> tuple:
     """A configuration's values as a dict key, NaN and None one value (as compare._key)."""
     values = values if isinstance(values, tuple) else (values,)
@@ -98,8 +103,7 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
     good, bad = confidence.words(fact.speed)
     decided = out["verdict"].isin((good, bad, "no evidence"))
     out.loc[decided & ~(out["p_adjusted"] < confidence.ALPHA), "verdict"] = "no evidence"
-    out = out[[*keys, "a_repeats", "b_repeats", "a_mean", "b_mean", "change", "change_low", "change_high", "p_value",
-               "p_adjusted", "effect", "detectable", "verdict"]]
+    out = out[[*keys, *COLUMNS]]
     out.attrs.update(treatment=treated, better=fact.better, correction=correction,
                      correction_text=multiplicity.describe(correction, confidence.ALPHA, len(both)),
                      family_alpha=level)

@@ -41,6 +41,7 @@ commands:
                                     node counts and repeats that fit a budget and the site's queues; the sweep to run
   network SITE                      the site's network as measured (study=network) beside its nominal numbers
   db upgrade|current                migrate the results database to this version's schema / show its revision
+  artifact pack|check|rerun|import  a study as one folder a reader can check, re-run and compare (scalestudy artifact)
 """
 
 
@@ -51,7 +52,7 @@ COMMANDS = {"sweep": "sweep_cmd:sweep", "status": "results_cmd:status", "query":
             "timeline": "timeline_cmd:timeline", "export": "export_cmd:export",
             "ingest": "admin_cmd:ingest", "sites": "admin_cmd:sites", "db": "admin_cmd:db",
             "profile": "model_cmd:profile", "model": "model_cmd:model", "plan": "plan_cmd:plan",
-            "network": "network_cmd:network"}
+            "network": "network_cmd:network", "artifact": "artifact_cmd:artifact"}
 
 
 def _command(name: str):

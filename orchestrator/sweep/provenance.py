@@ -10,8 +10,10 @@ import functools
 import importlib.metadata
 import os
 import platform
+import shlex
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +53,27 @@ def _cpus() -> int | None:
     return len(allowed) if allowed else os.cpu_count()
 
 
+def sweep_command(argv: list[str] | None = None) -> str:
+    """The command line this sweep was started with, every database URL's password masked (an
+    artifact's ``sweeps.txt`` is read from it)."""
+    from results_db.store import safe_url
+
+    words = []
+    for word in (sys.argv if argv is None else argv):
+        if "://" in word:
+            key, sep, value = word.rpartition("=") if "=" in word.split("://")[0] else ("", "", word)
+            word = f"{key}{sep}{safe_url(value)}"
+        words.append(word)
+    return shlex.join(words)
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     """The orchestrator's side. ``cpus`` is this host's cores: for site=local runs, the cores
     every rank shares (a figure of such runs says when ranks outnumber them)."""
     return {
         "login_host": socket.gethostname(),
+        "command": sweep_command(),
         "cpus": _cpus(),
         "python": platform.python_version(),
         **{name: _version(name) for name in ("scalestudy", "parsl", "hydra-core", "sqlalchemy", "torch", "mpi4py",

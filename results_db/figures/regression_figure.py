@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .. import regression
 from ..confidence import interval_words
 
 COLOURS = {"faster": "tab:green", "better": "tab:green", "slower": "tab:red", "worse": "tab:red",
@@ -15,9 +16,7 @@ COLOURS = {"faster": "tab:green", "better": "tab:green", "slower": "tab:red", "w
 def draw_change(table: pd.DataFrame, fig: Figure, metric: str, a: str, b: str) -> None:
     """One row per configuration both sets ran; a dashed line at no change (1)."""
     both = table[table["verdict"].isin(COLOURS)].reset_index(drop=True)
-    keys = [c for c in both.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change", "change_low",
-                                                 "change_high", "p_value", "p_adjusted", "effect", "detectable",
-                                                 "verdict"}]
+    keys = [c for c in both.columns if c not in (*regression.COLUMNS, "reproduction", "why")]
     labels = [", ".join(f"{k}={row[k]}" for k in keys) for _, row in both.iterrows()]
     ax = fig.subplots()
     for i, row in both.iterrows():

@@ -66,7 +66,8 @@ def _where_text(where) -> str | None:
 
 def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: str | None = None,
                  target: float | None = None, where: str | Sequence[str] | None = None,
-                 against: str | None = None, loss_target: float | None = None) -> Report:
+                 against: str | None = None, loss_target: float | None = None,
+                 reproduction: pd.DataFrame | None = None, reproduction_of: str = "") -> Report:
     """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect.
     ``target``: the top-1 time to accuracy measures to; ``loss_target``: the validation loss time to
     loss measures to (a regression's: default, the study's paper's target, else the highest of every
@@ -110,7 +111,9 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     paper = paper_claims.paper_vs_run(finished_runs, study, evals=query.evals(
         engine, [int(i) for i in finished_runs["run_id"]]) if len(finished_runs) else None)
     change = pd.DataFrame()
-    if against:   # this study (B) against another (A), per configuration both ran (results_db.regression)
+    if reproduction is not None:   # a re-run of an artifact against its original (results_db.reproduction)
+        change, against = reproduction, f"{reproduction_of} (the artifact's)"
+    elif against:   # this study (B) against another (A), per configuration both ran (results_db.regression)
         reference = query.runs(engine, study=against, where=where)   # the same selection on both sides
         if reference.empty:
             raise ReportError(f"against {against!r}: no runs of that study here")
@@ -155,28 +158,35 @@ def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFram
     from ..figures.regression_figure import draw_change
     from .page import fmt
 
-    csv = f"against-{against}.csv"
+    slug = against.split(" ")[0]
+    csv = f"against-{slug}.csv"
     _atomic(out / csv, lambda tmp: change.to_csv(tmp, index=False))
-    keys = [c for c in change.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
-                                                   "change_low", "change_high", "p_value", "p_adjusted", "effect",
-                                                   "detectable", "verdict"}]
+    keys = [c for c in change.columns if c not in (*regression.COLUMNS, "reproduction", "why")]
     rows = []
     for r in change.to_dict("records"):
         interval = "" if r["change_low"] != r["change_low"] else f" [{fmt(r['change_low'], 3)}, {fmt(r['change_high'], 3)}]"
         detectable = "-" if r["detectable"] != r["detectable"] else f"±{fmt(r['detectable'], 1, 100)} %"
         rows.append([*(str(r[k]) for k in keys), f"{fmt(r['a_mean'], 1)} ({r['a_repeats']})",
                      f"{fmt(r['b_mean'], 1)} ({r['b_repeats']})", f"{fmt(r['change'], 3)}{interval}",
-                     fmt(r["p_value"], 4), fmt(r["p_adjusted"], 4), fmt(r["effect"], 2), detectable, r["verdict"]])
+                     fmt(r["p_value"], 4), fmt(r["p_adjusted"], 4), fmt(r["effect"], 2), detectable,
+                     r.get("reproduction", r["verdict"]) + (f" ({r['why']})" if r.get("why") else "")])
     png = None
     if change["change"].notna().any():
         fig = Figure(figsize=(8.0, 1.5 + 0.35 * len(change)), layout="constrained")
         draw_change(change, fig, "throughput", against, "this study")
-        png = f"figures/against-{against}.png"
+        png = f"figures/against-{slug}.png"
         _atomic(out / png, lambda tmp: fig.savefig(tmp, dpi=150, format="png"))
-    return {"name": against, "legend": regression.legend(change, "throughput"), "csv": csv, "png": png,
+    legend = regression.legend(change, "throughput")
+    if "reproduction" in change:
+        from ..reproduction import counts
+
+        legend += (f". Reproduced: no significant change and the change's 90 % interval within "
+                   f"±{100 * change.attrs.get('tolerance', 0.1):g} % (two one-sided tests); inconclusive: neither; "
+                   "not comparable: one side did not run it, or too few repeats. The reasons name what differs")
+    return {"name": against, "legend": legend, "csv": csv, "png": png,
             "heads": [*keys, "A: throughput (repeats)", "B: throughput (repeats)", "B ÷ A", "p", "p adj.", "g",
                       "detectable", "verdict"],
-            "rows": rows, "counts": regression.verdict_counts(change)}
+            "rows": rows, "counts": counts(change) if "reproduction" in change else regression.verdict_counts(change)}
 
 
 def _labels(planned: pd.DataFrame) -> dict[int, str]:
