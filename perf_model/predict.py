@@ -71,6 +71,61 @@ class PredictError(ValueError):
     """The fit cannot predict what was asked; the message says what is missing."""
 
 
+# When a fit is too weak for its predictions to be read as numbers (``fit_doubts``): ``plan`` and
+# ``model predict`` say so in a loud line before and after what they print.
+# - Fewer than MIN_SIZES rank counts: the size-dependent terms have two parameters each (the
+#   allreduce's latency and bandwidth; compute and the straggler's spread behind the slowest of P),
+#   so at two sizes they pass through both and nothing is left to check their form against: the
+#   extrapolation to other sizes is the form's, not the data's.
+# - A term's worst relative error on the points it was fitted to above MAX_TERM_ERROR: the term
+#   misses some of its own data by more than half, so what it adds at other sizes is no better.
+MIN_SIZES = 3
+MAX_TERM_ERROR = 0.5
+
+
+def fit_doubts(fit: dict[str, Any], algorithm: str) -> list[str]:
+    """Why ``fit``'s predictions for ``algorithm`` are not to be read as numbers (empty: none
+    of the reasons above)."""
+    out = []
+    ranks = sorted(int(r) for r in (fit["workloads"][algorithm].get("ranks") or []))
+    if len(ranks) < MIN_SIZES:
+        out.append(f"its {algorithm} runs have {len(ranks)} size(s) ({', '.join(map(str, ranks)) or 'none'} ranks), "
+                   f"fewer than {MIN_SIZES}: two parameters per size-dependent term pass through two sizes exactly, "
+                   "so no run checks how they extrapolate")
+    for name, term in fit["terms"].items():
+        quality = term.get("quality") or {}
+        worst = quality.get("max_relative") or 0.0
+        if quality.get("points") and worst > MAX_TERM_ERROR:
+            out.append(f"its {name} term misses its own points by up to {worst:.0%} (more than "
+                       f"{MAX_TERM_ERROR:.0%})")
+    return out
+
+
+def band_digits(low: float, high: float) -> int:
+    """Decimal places a value with this band supports: the band's width to two significant digits
+    (negative: round to tens, hundreds, ...)."""
+    width = high - low
+    if not (math.isfinite(width) and width > 0):
+        return 0
+    return 1 - math.floor(math.log10(width))
+
+
+def banded(value: float, low: float | None, high: float | None, scale: float = 1.0, unit: str = "") -> str:
+    """``0.82 (0.61–0.95)``: a predicted value with its band, rounded to what the band supports;
+    without a band (a fit without bootstrap refits), the value to 2 significant digits and "(no band)"."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    v = value * scale
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        digits = max(0, 1 - math.floor(math.log10(abs(v)))) if v else 0
+        return f"{round(v, digits):.{digits}f}{unit} (no band)"
+    lo, hi = low * scale, high * scale
+    digits = band_digits(lo, hi)
+    places = max(digits, 0)
+    show = lambda x: f"{round(x, digits):.{places}f}"  # noqa: E731
+    return f"{show(v)}{unit} ({show(lo)}–{show(hi)})"
+
+
 def majority_wait(sigma: float) -> float:
     """eager_majority: a round fires when its initiator (a rank drawn with a shared seed)
     arrives, so a rank that got there first waits for it: E[(X_init - X_self)^+] for two
@@ -192,8 +247,9 @@ def _replica_shape(replica: dict[str, Any], algorithm: str, shape: dict[str, Any
 def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_per_node: int | None = None,
             network: Network | None = None, band: float = DEFAULT_BAND, host: Host | None = None) -> pd.DataFrame:
     """One row per node count: nodes, ranks, the step's parts (s), step_seconds with its band
-    (step_low, step_high), throughput (samples/s) with its band, efficiency. ``host``: the
-    target site's hosts (ranks per core); without it, the host the fit was made on."""
+    (step_low, step_high), throughput (samples/s) with its band, efficiency with its band
+    (efficiency_low, efficiency_high: each replicate's own). ``host``: the target site's hosts
+    (ranks per core); without it, the host the fit was made on."""
     shape = dict(fit["workloads"][algorithm])
     wpn = int(workers_per_node or shape["workers_per_node"])
     shape["workers_per_node"] = wpn
@@ -212,13 +268,19 @@ def predict(fit: dict[str, Any], algorithm: str, nodes: Sequence[int], workers_p
     for n in nodes:
         p = int(n) * wpn
         point = step_parts(terms, shape, algorithm, p, int(n), network, host)
-        spread = [step_parts(r, s, algorithm, p, int(n), network, host)["step"] for r, s in replicas]
+        parts = [step_parts(r, s, algorithm, p, int(n), network, host) for r, s in replicas]
+        spread = [q["step"] for q in parts]
         low, high = (float(np.quantile(spread, lo_q)), float(np.quantile(spread, hi_q))) if spread else \
             (point["step"], point["step"])
+        efficiency = (point["compute"] + point["update"]) / point["step"]
+        shares = [(q["compute"] + q["update"]) / q["step"] for q in parts]
+        e_low, e_high = (float(np.quantile(shares, lo_q)), float(np.quantile(shares, hi_q))) if shares else \
+            (efficiency, efficiency)
         samples = p * shape["batch_size"]
         rows.append({"nodes": int(n), "ranks": p, **{f"{k}_seconds": v for k, v in point.items()},
                      "step_low": min(low, point["step"]), "step_high": max(high, point["step"]),
                      "throughput": samples / point["step"], "throughput_low": samples / max(high, point["step"]),
                      "throughput_high": samples / min(low, point["step"]),
-                     "efficiency": (point["compute"] + point["update"]) / point["step"]})
+                     "efficiency": efficiency, "efficiency_low": min(e_low, efficiency),
+                     "efficiency_high": max(e_high, efficiency)})
     return pd.DataFrame(rows)

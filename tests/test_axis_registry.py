@@ -40,9 +40,10 @@ def test_every_layer_derives_from_the_registry():
         if f.column:
             assert f.name in query.RUN_COLUMNS, f.name
     # runs that differ only in these are repeats of one configuration: the seed, the repeat index,
-    # and which steps and ranks their timeline recorded (each still a run of its own)
+    # whether repeats vary the seed, and which steps and ranks their timeline recorded (each still a
+    # run of its own)
     repeats_of_one = {f.name for f in FIELDS if f.identity and not f.grouping}
-    assert repeats_of_one == {"seed", "repeat", "timeline_steps", "timeline_ranks"}
+    assert repeats_of_one == {"seed", "repeat", "seed_per_repeat", "timeline_steps", "timeline_ranks"}
     assert set(compare.CONFIG_AXES) == set(IDENTITY_FIELDS) - repeats_of_one == set(CONFIG_FIELDS)
     for table in (SUMMARY_COLUMNS, SWEEP_COLUMNS):
         assert "seed" in table and all(c in query.RUN_COLUMNS for c in table)
@@ -214,6 +215,8 @@ def test_every_config_field_reaches_the_spec(f):
         base["algorithm"] = "eager_solo"
     if f.name in ("timeline_steps", "timeline_ranks"):   # they sample a timeline: one must be on
         base["timeline"] = True
+    if f.name == "seed_per_repeat":   # the first repeat trains with seed either way: a later one
+        base["repeat"] = 1
     value = _non_default(f)
     head, _, rest = f.config.partition(".")
     change = {head: {rest: value}} if rest else {head: value}

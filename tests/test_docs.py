@@ -66,6 +66,44 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert "--list-columns" in commands and "--baseline" in commands
 
 
+def _reference_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "gen" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_reference_is_what_the_code_declares():
+    """The reference pages are committed, so that the links to them work where the Markdown is
+    read (a clone, the repository's web view): each must be what docs/gen/reference.py writes
+    from the code now. The commands page is argparse's help, laid out a little differently by
+    each Python: it is compared on the Python that wrote it (its first paragraph says which)."""
+    reference = _reference_module()
+    stale = []
+    for path, text in reference.reference_pages().items():
+        committed = (DOCS / path).read_text()
+        if path == "reference/commands.md" and f"on Python {reference.python_version()} " not in committed:
+            continue
+        if committed != text:
+            stale.append(path)
+    assert not stale, f"{', '.join(stale)}: not what the code declares; `python docs/gen/reference.py` rewrites them"
+    # every page the docs link to exists as a file, not only in the built site
+    for page in DOCS.rglob("*.md"):
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", page.read_text()):
+            if "reference/" in target:
+                assert (page.parent / target).resolve().is_file(), f"{page.relative_to(DOCS)} -> {target}"
+
+
+def test_a_stale_reference_page_is_caught(tmp_path, monkeypatch):
+    """The control: a reference page that no longer matches the code is told apart."""
+    reference = _reference_module()
+    pages = reference.reference_pages()
+    monkeypatch.setattr(reference, "key_help", lambda: [("a_new_key", 1, "added since the page was written")])
+    assert reference.reference_pages()["reference/sweep-keys.md"] != pages["reference/sweep-keys.md"]
+
+
 def test_a_broken_link_fails_the_build(tmp_path):
     """The control: strict mode does refuse a page with a dead link (this check can fail)."""
     copy = tmp_path / "repo"

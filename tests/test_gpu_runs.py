@@ -115,7 +115,7 @@ def test_gpu_sites_default_to_one_rank_per_gpu_and_refuse_more():
 
 def test_the_dry_run_shows_the_gpu_flags_and_binding(tmp_path):
     proc = scalestudy("sweep", "site=perlmutter_gpu", "nodes=2", "workers_per_node=4", "epochs=1", "--dry-run",
-                      f"db_url=sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path, timeout=180)
+                      "--show-scripts", f"db_url=sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "--gpus-per-node=4 --gpu-bind=none" in proc.stdout and "--cpus-per-task=32" in proc.stdout
     assert "#SBATCH --constraint=gpu" in proc.stdout

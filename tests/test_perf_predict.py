@@ -284,7 +284,7 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(tmp_path):
     tmp, url = tmp_path, f"sqlite:///{tmp_path / 'p.db'}"
     write_study(connect(url), site="polaris")
     assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp).returncode == 0
-    base = ["sweep", "--dry-run", "study_name=syn", "site=polaris", "device=cpu", "account=abc", "algorithm=sync",
+    base = ["sweep", "--dry-run", "--show-scripts", "study_name=syn", "site=polaris", "device=cpu", "account=abc", "algorithm=sync",
             "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16,32", "epochs=1",
             "steps_per_epoch=100000", f"db_url={url}"]
     out = scalestudy(*base, cwd=tmp)
@@ -319,7 +319,7 @@ def test_a_fit_of_another_machine_sets_no_walltime(fitted, why, overrides):
     from conftest import scalestudy
 
     tmp, url = fitted
-    out = scalestudy("sweep", "--dry-run", "study_name=syn", *overrides, "account=abc", "algorithm=sync",
+    out = scalestudy("sweep", "--dry-run", "--show-scripts", "study_name=syn", *overrides, "account=abc", "algorithm=sync",
                      "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16", "epochs=1",
                      "steps_per_epoch=100000", f"db_url={url}", cwd=tmp)
     text = out.stdout + out.stderr
@@ -398,7 +398,7 @@ def test_a_fit_of_emulated_runs_sets_no_walltime(tmp_path):
     with Session(engine) as s, s.begin():
         s.execute(update(Run).where(Run.id.in_(ids)).values(compute="emulated"))
     assert scalestudy("model", "fit", "--study", "syn", "--db", url, "--replicates", "0", cwd=tmp_path).returncode == 0
-    out = scalestudy("sweep", "--dry-run", "study_name=syn", "site=polaris", "device=cpu", "account=abc",
+    out = scalestudy("sweep", "--dry-run", "--show-scripts", "study_name=syn", "site=polaris", "device=cpu", "account=abc",
                      "batch_size=16", "workers_per_node=4", "threads_per_node=4", "nodes=16", "epochs=1",
                      "steps_per_epoch=100000", f"db_url={url}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -505,3 +505,69 @@ def test_plan_prices_repeats_on_demand_at_their_most(fitted):
     assert "repeat=0,1,2 repeats.until=0.03 repeats.most=6" in text
     bad = scalestudy(*common, "--until", "3", cwd=tmp)
     assert bad.returncode == 2 and "--until 3" in bad.stderr
+
+
+# -- issue 54: a plan says how little its fit knows --------------------------------------------------
+
+def test_a_value_is_rounded_to_what_its_band_supports():
+    from perf_model.predict import banded
+
+    assert banded(0.8234, 0.6123, 0.9511) == "0.82 (0.61–0.95)"
+    assert banded(0.8234, 0.6123, 0.9511, 100, " %") == "82 % (61–95)"
+    assert banded(12345.6, 10234.0, 13456.0) == "12300 (10200–13500)"   # a wide band: hundreds
+    assert banded(0.8234, None, None) == "0.82 (no band)"                 # a fit without refits
+
+
+def test_a_fit_of_two_sizes_or_with_a_term_that_misses_is_doubted():
+    from perf_model.predict import MAX_TERM_ERROR, MIN_SIZES, fit_doubts
+
+    def fit(ranks, worst):
+        return {"workloads": {"sync": {"ranks": ranks}},
+                "terms": {"compute": {"quality": {"points": 6, "max_relative": 0.01}},
+                          "straggler": {"quality": {"points": 6, "max_relative": worst}},
+                          "overlap": {"quality": {"points": 0, "max_relative": 0.0}}}}
+
+    assert MIN_SIZES == 3 and MAX_TERM_ERROR == 0.5
+    assert fit_doubts(fit([2, 4, 8], 0.2), "sync") == []
+    [few] = fit_doubts(fit([2, 4], 0.2), "sync")
+    assert "2 size(s) (2, 4 ranks), fewer than 3" in few
+    [misses] = fit_doubts(fit([2, 4, 8], 13.21), "sync")
+    assert "straggler term misses its own points by up to 1321%" in misses
+
+
+def test_plan_and_predict_carry_the_fits_uncertainty(fitted):
+    """The model-made study has 2 rank counts: both say WEAK FIT, print their numbers with the
+    band, and the plan's sweeps record into a study of their own per site."""
+    import pandas as pd
+
+    from conftest import scalestudy
+
+    tmp, url = fitted
+    plan = scalestudy("plan", "study=syn", "site=polaris", "account=abc", "workers_per_node=4", "--steps", "20000",
+                      "--repeats", "2", "--budget", "40", "--db", url, "--out", str(tmp / "p54.txt"), cwd=tmp)
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.count("WEAK FIT: model fit") == 2 and "fewer than 3" in plan.stdout
+    rows = [line for line in plan.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\s", line)]
+    assert rows and all(re.search(r"\d \(\d[\d.]*–\d[\d.]*\) .* % \(\d[\d.]*–\d[\d.]*\)", row) for row in rows), rows
+    text = (tmp / "p54.txt").read_text()
+    assert all(line.split()[2] == "study_name=syn_polaris" for line in text.splitlines())
+    assert "study=syn " not in text and "study_name=syn " not in text
+    predict = scalestudy("model", "predict", "--study", "syn", "--db", url, "--nodes", "1,2,4", "--workers-per-node",
+                         "4", "--out", str(tmp / "f54"), cwd=tmp)
+    assert predict.returncode == 0, predict.stderr
+    assert predict.stdout.count("WEAK FIT: model fit") == 2
+    table = pd.read_csv(tmp / "f54" / "prediction-sync.csv")
+    assert ((table["efficiency_low"] <= table["efficiency"]) & (table["efficiency"] <= table["efficiency_high"])).all()
+    assert (table["efficiency_high"] > table["efficiency_low"]).any()
+
+
+def test_a_plans_sweep_of_a_preset_pins_the_axes_its_grid_sweeps():
+    """study=PRESET sweeps the preset's grid: the plan's lines pin each axis of it they do not set,
+    so that the sweep runs what was priced (not 3 seeds x 2 catch-ups of it)."""
+    from orchestrator.cli.plan_cmd import _pinned_preset_axes
+
+    given = ["study=eager_sgd_paper_resnet32", "study_name=eager_sgd_paper_resnet32_polaris", "algorithm=sync"]
+    assert _pinned_preset_axes("eager_sgd_paper_resnet32", given, {"catch_up": "paper"}) == \
+        ["seed=0", "eager_catch_up=paper"]
+    assert _pinned_preset_axes("eager_sgd_paper_resnet32", given, {}) == ["seed=0", "eager_catch_up=paper"]
+    assert _pinned_preset_axes("smoke", ["nodes=1,2", "workers_per_node=4"], {}) == []

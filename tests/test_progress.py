@@ -84,13 +84,21 @@ def test_the_dry_run_of_the_eager_study_shows_the_swept_delay(tmp_path):
 
 
 def test_a_study_named_on_the_command_line_says_which_preset_it_is_built_on(tmp_path):
+    """A study of one's own (study_name=, no study=) takes the default preset's settings, not its
+    grid, and says so; a named preset's grid is swept, and the axes that came from it are named."""
     from conftest import scalestudy
 
     named = scalestudy("sweep", "study_name=mine", "--dry-run", f"hydra.sweep.dir={tmp_path / 'a'}", cwd=tmp_path)
     assert named.returncode == 0, named.stderr[-2000:]
-    assert "study mine: built on the smoke preset" in named.stdout + named.stderr
+    text = named.stdout + named.stderr
+    assert "study mine: a study of your own, built on the smoke preset" in text and "epochs=10" in text
+    assert "not swept: the preset's grid (nodes=1,2 workers_per_node=1,2)" in text
+    assert "1 runs of study mine" in named.stdout
     preset = scalestudy("sweep", "study=eager_sgd", "--dry-run", f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
-    assert preset.returncode == 0 and "preset" not in preset.stdout + preset.stderr
+    assert preset.returncode == 0
+    assert "swept by the eager_sgd preset (not by this command line): algorithm=sync,eager_solo,eager_majority," \
+           "async_ps imbalance.delay_ms=50,100,200" in preset.stdout
+    assert "a study of your own" not in preset.stdout + preset.stderr
 
 
 def test_a_finished_runs_numbers_read_as_in_the_tables():

@@ -100,7 +100,7 @@ def test_dry_run_shows_queues_and_charge(tmp_path):
     assert "node-hours charged at most: 390.00 — every attempt of every run in a batch job of its own: 2 run(s) x " \
            "up to 3 attempt(s)" in out
     assert "130.00 when the sweep goes as planned" in out
-    assert "a real sweep would stop here" in proc.stderr   # the mpich wheel is in this environment
+    assert "a real sweep would stop here" in proc.stdout   # the mpich wheel: a warning of the summary
     # both allocation modes: per node count (this sweep's) and the whole sweep in one 128-node job
     assert "allocation: per_size (this sweep's): 2 batch job(s), 130.00 node-hours" in out
     assert "allocation: packed (with allocation=packed): 1 batch job(s), 128.00 node-hours" in out

@@ -131,7 +131,7 @@ def test_packed_sweeps_that_cannot_run_are_refused(tmp_path, slurm_cluster, over
 
 def test_dry_run_prints_and_submits_nothing(tmp_path, slurm_cluster):
     before = _job_ids()
-    proc = scalestudy("sweep", "--dry-run", "site=local_slurm", "nodes=1,4", "workers_per_node=2",
+    proc = scalestudy("sweep", "--dry-run", "--show-scripts", "site=local_slurm", "nodes=1,4", "workers_per_node=2",
                       f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 SPEC_SCHEMA = 1
+# repeat r of a run whose repeats vary the seed trains with seed + REPEAT_SEED_STRIDE x r (``RunSpec.run_seed``)
+REPEAT_SEED_STRIDE = 1000
 
 
 def axis(default: Any = dataclasses.MISSING, *, help: str, label: str | None = None, config: str | None = "",
@@ -71,6 +73,12 @@ class RunSpec:
     seed: int = axis(0, grouping=False, summary=True, help="random seed (runs that differ only in seed are repeats)")
     repeat: int = axis(0, grouping=False, hashed_when_default=False,
                        help="repeat index: runs that differ only in it are repeats of one configuration")
+    seed_per_repeat: bool = axis(True, grouping=False, hashed_when_default=False, column=False, builtin_only=True,
+                                 label="seed per repeat",
+                                 help="true: repeat r trains with seed + 1000 r (its data order, initial weights, "
+                                      "injected delays and emulated times differ, so accuracy has a spread over "
+                                      "repeats); false: every repeat with seed itself (repeats then measure timing "
+                                      "noise only). Runs stored before this key existed ran every repeat with seed")
     # -- communication ----------------------------------------------------------------------
     fusion_threshold_mb: float = axis(64.0, builtin_only=True, label="fusion threshold (MB)",
                                       help="fuse ready gradients into buffers up to this size; 0: one allreduce "
@@ -152,6 +160,18 @@ class RunSpec:
                                         help="seconds before a run's MPI job is killed (null: the site's walltime "
                                              "less a margin)")
     schema: int = axis(SPEC_SCHEMA, config=None, identity=False, column=False, help="spec format version")
+
+    @property
+    def run_seed(self) -> int:
+        """The seed the run trains with: ``seed``, plus ``REPEAT_SEED_STRIDE`` x ``repeat`` where
+        repeats vary the seed (``seed_per_repeat``). The stride keeps a sweep of seeds (0, 1, 2)
+        and its repeats apart: seed 1's first repeat is not seed 0's second."""
+        return self.seed + REPEAT_SEED_STRIDE * self.repeat if self.seed_per_repeat else self.seed
+
+    def as_run(self) -> "RunSpec":
+        """The spec the training loop reads: ``seed`` replaced by ``run_seed`` (and
+        ``seed_per_repeat`` off, so that it is not added twice)."""
+        return dataclasses.replace(self, seed=self.run_seed, seed_per_repeat=False)
 
     @property
     def world_size(self) -> int:

@@ -212,6 +212,7 @@ def _compute_unit(placement: dict[str, Any], device: torch.device, flops: float)
 def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: MetricsWriter,
                 run_dir: Path, device: torch.device, placement: dict[str, Any]) -> TrainOutcome:
     rank, size = comm.Get_rank(), comm.Get_size()
+    spec = spec.as_run()   # every draw below (data order, weights, delays, emulation, eager-SGD's initiator) from run_seed
     data, model, flops = _build(spec, rank, device)
     delays = delay_injector(spec, size)
     utilization = UtilizationSampler(device)

@@ -1,19 +1,26 @@
-"""Reference pages written at build time from the code's own declarations (mkdocs-gen-files):
-the sweep keys from ``workloads/spec.py`` through ``orchestrator/sweep/schema.key_help``, every
-command's options from its own argparse parser (its ``--help``), the site-file schema from
-``SiteConfig`` and the commented template, the results columns from ``query --list-columns``.
-Nothing here is typed twice: rename an option and the reference follows, and a page that links
-to the old name fails the strict build (tests/test_docs.py)."""
+"""Reference pages written from the code's own declarations: the sweep keys from
+``workloads/spec.py`` through ``orchestrator/sweep/schema.key_help``, every command's options
+from its own argparse parser (its ``--help``), the site-file schema from ``SiteConfig`` and the
+commented template, the results columns from ``query --list-columns``. Nothing here is typed
+twice: rename an option and the reference follows, and a page that links to the old name fails
+the strict build (tests/test_docs.py).
+
+The reference pages (``REFERENCE``) are committed under ``docs/reference/``, so that the links
+to them work where the Markdown is read (a clone, the repository's web view), not only in the
+built site: ``python docs/gen/reference.py`` rewrites them, and tests/test_docs.py fails when
+one is not what this writes. The benchmarks page (``BUILT``) is written at build time only, by
+mkdocs-gen-files, which runs this file with ``runpy.run_path``."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import io
+import os
 import re
+import sys
 from pathlib import Path
 
-import mkdocs_gen_files
 import yaml
 
 from orchestrator.cli import COMMANDS, USAGE, main
@@ -22,6 +29,7 @@ from orchestrator.sweep.schema import key_help
 from workloads.registry import ALGORITHMS, DATASETS, MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
+HELP_COLUMNS = 100   # the width the commands' --help is written at
 # SiteConfig fields a site file does not set (orchestrator/site/config.py refuses them in YAML)
 INTERNAL_SITE_FIELDS = ("name", "queue_pinned")
 FIELD_NAMES = {f.name for f in dataclasses.fields(SiteConfig)}
@@ -29,11 +37,19 @@ FIELD_NAMES = {f.name for f in dataclasses.fields(SiteConfig)}
 
 def _help(argv: list[str]) -> str:
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main(argv)
-        except SystemExit:
-            pass
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)   # argparse wraps to the terminal: the same page on any
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                main(argv)
+            except SystemExit:
+                pass
+    finally:
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
     return out.getvalue().rstrip()
 
 
@@ -72,8 +88,9 @@ def sweep_keys() -> str:
 
 def cli() -> str:
     lines = ["# Commands", "",
-             "Each command's options as its own parser prints them (`scalestudy COMMAND --help`); "
-             "generated at build time.", "", "```text", USAGE.rstrip(), "```", ""]
+             "Each command's options as its own parser prints them (`scalestudy COMMAND --help`), "
+             f"written by `python docs/gen/reference.py` on Python {python_version()} (another Python's argparse "
+             "lays its help out a little differently).", "", "```text", USAGE.rstrip(), "```", ""]
     for name in COMMANDS:
         lines += [f"## scalestudy {name}", "", "```text", _help([name, "--help"]), "```", ""]
     return "\n".join(lines)
@@ -158,18 +175,57 @@ def columns() -> str:
                       *(f"- `{n}`" for n in names), ""])
 
 
+HISTORY = "\n## History\n"   # where benchmarks/RESULTS.md's current figures end and their history begins
+
+
 def benchmarks() -> str:
+    """Today's figures: the first part of ``benchmarks/RESULTS.md`` as it is in the repository (the
+    figures live in one place); the history of how each was reached stays in the file."""
     results = (ROOT / "benchmarks/RESULTS.md").read_text()
-    return ("# Benchmarks\n\nEvery measured figure of the project is on this page, each with the command that "
-            "measured it: side by side with its baseline in one run, interleaved, at least 5 repeats, "
-            "medians (`benchmarks/RESULTS.md`, shown here as it is in the repository).\n\n"
-            + results.split("\n", 1)[1])
+    current, found, _ = results.partition(HISTORY)
+    if not found:
+        raise SystemExit(f"benchmarks/RESULTS.md: no {HISTORY.strip()!r} heading after its current figures")
+    return ("# Benchmarks\n\nThe project's current figures, each with its spread, the baseline it was measured "
+            "beside (interleaved, in one run), the command that measured it and the date: the first part of "
+            "`benchmarks/RESULTS.md`, shown here as it is in the repository.\n\n"
+            + current.split("\n", 1)[1].rstrip() + "\n\n## How each figure was reached\n\n"
+            "The runs before each figure, what changed, the figures it superseded and its caveats are the second "
+            "part of `benchmarks/RESULTS.md` (History), with every run's log in `benchmarks/logs/`.\n")
 
 
-PAGES = {"reference/sweep-keys.md": sweep_keys, "reference/commands.md": cli,
-         "reference/site-files.md": site_schema, "reference/columns.md": columns,
-         "benchmarks.md": benchmarks}
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
-for path, make in PAGES.items():
-    with mkdocs_gen_files.open(path, "w") as page:
-        page.write(make())
+
+# committed under docs/ (readable where the Markdown is hosted), checked by tests/test_docs.py
+REFERENCE = {"reference/sweep-keys.md": sweep_keys, "reference/commands.md": cli,
+             "reference/site-files.md": site_schema, "reference/columns.md": columns}
+# written when the site is built
+BUILT = {"benchmarks.md": benchmarks}
+GENERATED = "<!-- Generated by docs/gen/reference.py from the code's declarations: edit those, then run " \
+            "`python docs/gen/reference.py`. -->\n\n"
+
+
+def reference_pages() -> dict[str, str]:
+    """Each committed reference page's text, as this file writes it."""
+    return {path: GENERATED + make() for path, make in REFERENCE.items()}
+
+
+def write_reference(docs: Path = ROOT / "docs") -> list[Path]:
+    written = []
+    for path, text in reference_pages().items():
+        target = docs / path
+        target.write_text(text)
+        written.append(target)
+    return written
+
+
+if __name__ == "__main__":   # python docs/gen/reference.py: rewrite the committed reference pages
+    for written in write_reference():
+        print(f"wrote {written.relative_to(ROOT)}")
+elif __name__ == "<run_path>":   # mkdocs-gen-files (runpy.run_path): the pages written at build time
+    import mkdocs_gen_files
+
+    for path, make in BUILT.items():
+        with mkdocs_gen_files.open(path, "w") as page:
+            page.write(make())

@@ -191,6 +191,12 @@ def _fit(args) -> int:
                                                            if shape["injected_ranks"] else ""))
         for note in shape["notes"]:
             print(f"  {'':13s} note: {note}")
+    from perf_model.predict import fit_doubts
+
+    for algorithm in fit["workloads"]:
+        doubts = fit_doubts(fit, algorithm) if fit["terms"] else []
+        if doubts:
+            print(f"{algorithm}: " + weak_fit_line({**fit, "study": args.study}, doubts))
     return 0 if fit["terms"] else 2
 
 
@@ -304,20 +310,26 @@ def unvalidated_on(engine, fit, site, network=None) -> str:
 
 
 def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, network, band: float) -> None:
+    from perf_model.predict import banded, fit_doubts
+
     shape = fit["workloads"][algorithm]
     where = f"network of site {site.name} ({network.source})" if network else \
         "allreduce fitted on the study's own machine"
     print(f"study {study}, {algorithm}: model fit #{fit['id']} ({len(fit['run_ids'])} runs, "
           f"{len(fit.get('bootstrap') or [])} bootstrap refits); {shape['model']}, batch {shape['batch_size']}/rank, "
           f"{shape['threads_per_worker']} thread(s)/rank, {wpn} rank(s)/node; {where}")
-    print(f"{'nodes':>6} {'ranks':>6} {'step ms':>9} {f'{band:.0%} band':>17} {'compute':>8} {'wait':>7} {'comm':>7} "
-          f"{'update':>7} {'crowd':>7} {'samples/s':>10} {f'{band:.0%} band':>19} {'eff':>6}")
+    doubts = fit_doubts(fit, algorithm)
+    if doubts:
+        print(weak_fit_line(fit, doubts))
+    banded_head = f"({band:.0%} band)"
+    print(f"{'nodes':>6} {'ranks':>6}  {'step ms ' + banded_head:<24} {'samples/s ' + banded_head:<28} "
+          f"{'efficiency ' + banded_head:<24} {'compute':>8} {'wait':>7} {'comm':>7} {'update':>7} {'crowd':>7}")
     for r in table.itertuples():
-        print(f"{r.nodes:6d} {r.ranks:6d} {r.step_seconds * 1e3:9.1f} {r.step_low * 1e3:8.1f}-{r.step_high * 1e3:<8.1f} "
+        print(f"{r.nodes:6d} {r.ranks:6d}  {banded(r.step_seconds, r.step_low, r.step_high, 1e3):<24} "
+              f"{banded(r.throughput, r.throughput_low, r.throughput_high):<28} "
+              f"{banded(r.efficiency, r.efficiency_low, r.efficiency_high, 100, ' %'):<24} "
               f"{r.compute_seconds * 1e3:8.1f} {r.wait_seconds * 1e3:7.1f} {r.comm_seconds * 1e3:7.2f} "
-              f"{r.update_seconds * 1e3:7.2f} {r.crowding_seconds * 1e3:7.1f} {r.throughput:10.1f} "
-              f"{r.throughput_low:9.1f}-{r.throughput_high:<9.1f} "
-              f"{r.efficiency:6.1%}")
+              f"{r.update_seconds * 1e3:7.2f} {r.crowding_seconds * 1e3:7.1f}")
     for name, term in fit["terms"].items():
         for note in term["notes"]:
             print(f"note ({name}): {note}")
@@ -325,7 +337,20 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
         print(f"note ({algorithm}): {note}")
     print("the band is the fit's spread over its own runs (runs resampled, every term refitted), not a "
           "prediction interval: it leaves out how far one new run lands and any error of the model's form at "
-          "scale, so read it as the fit's uncertainty, not as a range a run will fall in")
+          "scale, so read it as the fit's uncertainty, not as a range a run will fall in; each number is rounded "
+          "to what its band supports (the band's width to 2 significant digits); the step's parts (ms) are the "
+          "fit's point values")
+    if doubts:
+        print(weak_fit_line(fit, doubts))
+
+
+def weak_fit_line(fit, doubts: Sequence[str]) -> str:
+    """The loud line of a fit too weak to read its predictions as numbers (``perf_model.predict.fit_doubts``)."""
+    from perf_model.predict import MAX_TERM_ERROR, MIN_SIZES
+
+    return (f"WEAK FIT: model fit #{fit['id']} of study {fit['study']}: {'; '.join(doubts)}. Read what follows as "
+            f"an order of magnitude, not as numbers: fit again with runs at {MIN_SIZES} or more sizes whose terms "
+            f"miss their points by less than {MAX_TERM_ERROR:.0%} (docs: the model and the planner)")
 
 
 def _draw(args, engine, fit, algorithm: str, table, site, band: float, unvalidated: str = "") -> int:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from ..terminal.tables import duration_text
 from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
-from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node, unvalidated_on
+from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node, unvalidated_on, weak_fit_line
 
 SETTINGS = ("study", "site", "algorithm", "workers_per_node", "account")
 
@@ -74,7 +74,7 @@ def _settings(args) -> dict[str, str]:
 
 
 def _plan(args, settings: dict[str, str]) -> int:
-    from perf_model.predict import PredictError, choose_algorithm
+    from perf_model.predict import PredictError, choose_algorithm, fit_doubts
     from results_db.model_fits import latest_model_fit
 
     from ..errors import ConfigError
@@ -124,6 +124,9 @@ def _plan(args, settings: dict[str, str]) -> int:
     where = f"network of site {site.name}" if site.network else "allreduce fitted on the study's machine"
     print(f"plan for study {study} on site {site.name}: {algorithm}, {shape['model']}, batch {shape['batch_size']}/rank, "
           f"{wpn} rank(s)/node, {steps} steps per run, {result.repeats} repeat(s); model fit #{fit['id']}; {where}")
+    doubts = fit_doubts(fit, algorithm)
+    if doubts:
+        print(weak_fit_line(fit, doubts))
     unvalidated = unvalidated_on(engine, fit, site)
     if unvalidated:
         print(f"UNVALIDATED on site {site.name}: {unvalidated}")
@@ -145,25 +148,34 @@ def _plan(args, settings: dict[str, str]) -> int:
         return fail(f"--out {out}: {exc.strerror or exc}")
     if fit_is_emulated(engine, fit["run_ids"]):
         print("note: the fit's runs emulated their compute; the sweep below computes for real (compute=real)")
-    print(f"sweep to run (written to {out}; add --dry-run to see the batch scripts first):")
+    print(f"sweep to run (written to {out}; add --dry-run to see what it would submit first); its runs go to a "
+          f"study of their own, {plan_study_name(study, site.name)}, not into {study}:")
     for line in lines:
         print(f"  {line}")
+    if doubts:
+        print(weak_fit_line(fit, doubts))
     return 0
 
 
 def _print_sizes(budget: float, result) -> bool:
-    """Each size's price and verdict; False (with the error line) when the budget buys no run."""
+    """Each size's price and verdict; False (with the error line) when the budget buys no run.
+    Throughput and efficiency with the fit's band (``perf_model.predict.banded``: rounded to what
+    the band supports), the run time and node-hours at the fit's point value."""
+    from perf_model.predict import banded
+
     print(f"budget {budget:g} node-hours, planned against each batch job's charge at most (walltime x charged "
           "nodes) with no run retried: a run that outlasts its walltime is retried in another batch job "
           "(retries.node_lost), charged beyond this plan; `sweep --dry-run` of the lines below prints the bound "
           "with retries")
     print(f"{'nodes':>6} {'ranks':>6} {'run':>9} {'walltime':>9} {'queue':>18} {'node-h at most':>14} "
-          f"{'expected':>9} {'samples/s':>10} {'eff':>6}  plan")
+          f"{'expected':>9}  {'samples/s (band)':<24} {'efficiency (band)':<22} plan")
     for s in result.sizes:
         verdict = "run" if s.chosen else (f"refused: {s.refused}" if s.refused else "over budget")
         run = duration_text(s.run_seconds).replace(" ", "")
         print(f"{s.nodes:6d} {s.ranks:6d} {run:>9} {s.walltime:>9} {s.queue or '-':>18} "
-              f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f} {s.throughput:10.1f} {s.efficiency:6.1%}  {verdict}")
+              f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f}  "
+              f"{banded(s.throughput, *(s.throughput_band or (None, None))):<24} "
+              f"{banded(s.efficiency, *(s.efficiency_band or (None, None)), 100, ' %'):<22} {verdict}")
     if not result.chosen:
         cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
         fail(f"a budget of {budget:g} node-hours buys no run"
@@ -181,11 +193,14 @@ def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, 
     """One ``scalestudy sweep`` command per queue and walltime: the runs as priced."""
     import shlex
 
-    study_key = "study" if _study_config_exists(study) else "study_name"
+    # a study of its own per site (its runs are not mixed into the fitted study's), built on the
+    # fitted study's preset where it is one, with every axis that preset sweeps pinned: the runs as priced
+    named = [f"study={study}"] if _study_config_exists(study) else []
     lines = []
     for queue, walltime, nodes in result.sweep_groups(site):
         # the runs as priced: the steps, and what the fitted runs did
-        overrides = [f"{study_key}={study}", f"site={site.name}", f"algorithm={algorithm}",
+        overrides = [*named, f"study_name={plan_study_name(study, site.name)}", f"site={site.name}",
+                     f"algorithm={algorithm}",
                      f"model={shape['model']}", f"batch_size={shape['batch_size']}", f"workers_per_node={wpn}",
                      f"threads_per_node={wpn * shape['threads_per_worker']}", "epochs=1", f"steps_per_epoch={steps}",
                      f"sync_every={shape['sync_every']}", f"nodes={','.join(map(str, nodes))}"]
@@ -205,8 +220,33 @@ def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, 
             overrides += [f"account={site.account}", f"walltime={walltime}"]
             if queue and queue != site.queue:
                 overrides.append(f"queue={queue}")
+        if named:
+            overrides += _pinned_preset_axes(study, overrides, shape)
         lines.append("scalestudy sweep " + " ".join(shlex.quote(o) for o in overrides))
     return lines
+
+
+def plan_study_name(study: str, site: str) -> str:
+    """The study a plan's suggested sweeps record into: the fitted study's name and the site's."""
+    return f"{study}_{site}"
+
+
+def _pinned_preset_axes(study: str, overrides: list[str], shape) -> list[str]:
+    """``KEY=VALUE`` for each axis the preset sweeps and the lines do not set (``study=PRESET``
+    sweeps its grid): one value, so that the sweep runs the configuration priced, not the grid
+    times it. The fitted runs' own value where the fit recorded it (eager-SGD's catch-up), else
+    the grid's first."""
+    import yaml
+
+    from ..sweep.preset import override_key
+    from .sweep_cmd import STUDIES_DIR
+
+    raw = yaml.safe_load((STUDIES_DIR / f"{study}.yaml").read_text()) or {}
+    grid = (((raw.get("hydra") or {}).get("sweeper") or {}).get("params") or {})
+    given = {override_key(o) for o in overrides}
+    known = {"eager_catch_up": shape.get("catch_up")}
+    return [f"{key}={known.get(key) or str(values).split(',')[0].strip()}" for key, values in grid.items()
+            if key not in given]
 
 
 def _study_config_exists(study: str) -> bool:

@@ -291,7 +291,7 @@ def compare_two_sets(args) -> int:
     from results_db import compare, query, regression
 
     from ..terminal.output import render
-    from ..terminal.tables import cell, interval_cell, percent_cell
+    from ..terminal.tables import cell, interval_cell, percent_cell, registry_order
 
     try:
         if not args.study:
@@ -310,9 +310,7 @@ def compare_two_sets(args) -> int:
                   "(what the two sets differ in)", file=sys.stderr)
         b_name = args.against or f"{args.study} where {' and '.join(args.against_where)}"
         if args.format == "table" and not args.out:
-            keys = [c for c in table.columns if c not in {"a_repeats", "b_repeats", "a_mean", "b_mean", "change",
-                                                         "change_low", "change_high", "p_value", "p_adjusted",
-                                                         "effect", "detectable", "verdict"}]
+            keys = registry_order([c for c in table.columns if c not in (*regression.COLUMNS, "reproduction", "why")])
             shown = table[keys].copy()
             shown["A"] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
             shown["B"] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
@@ -351,6 +349,12 @@ def figures(argv: Sequence[str]) -> int:
     parser.add_argument("--only", default=None, help="comma-separated figure names (see --list)")
     parser.add_argument("--where", action="append", default=None, help="draw only runs matching, e.g. 'nodes<=8'")
     parser.add_argument("--run-id", type=int, default=None, help="the run whose timeline to draw (default: the largest)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="top-1 accuracy (0-1) for time to accuracy (default: the best top-1 every run reached, "
+                             "rounded down to a whole percent; the caption says which)")
+    parser.add_argument("--loss-target", type=float, default=None,
+                        help="validation loss for time to loss, in a study whose runs score no top-1 (default: the "
+                             "study's paper's target, else the highest of every run's lowest loss)")
     parser.add_argument("--list", action="store_true", help="list the figures and what each needs, then exit")
     add_db_option(parser)
     args = parser.parse_args(argv)
@@ -388,7 +392,8 @@ def figures(argv: Sequence[str]) -> int:
         engine = open_for_reading(url)
         print(f"drawing study {args.study!r} from {safe_url(url)} into {out}/")
         results = render_study(engine, args.study, out, formats=formats, only=only, where=args.where,
-                               run_id=args.run_id, on_result=report, source=safe_url(url))
+                               run_id=args.run_id, on_result=report, source=safe_url(url), target=args.target,
+                               loss_target=args.loss_target)
     except (FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -415,7 +420,8 @@ def report(argv: Sequence[str]) -> int:
                         help="AXIS=VALUE that speedup and efficiency are against, e.g. nodes=1 or algorithm=sync "
                              "(default: the smallest node count, else sync)")
     parser.add_argument("--target", type=float, default=None,
-                        help="top-1 accuracy (0-1) for time to accuracy (default: the best every run reached)")
+                        help="top-1 accuracy (0-1) for time to accuracy (default: the best top-1 every run reached, "
+                             "rounded down to a whole percent; the table's header and legend say which)")
     parser.add_argument("--loss-target", type=float, default=None,
                         help="validation loss for time to loss, in a study whose runs score no top-1 (a regression: "
                              "the MSE; default: the study's paper's target, e.g. 4.7 for eager_sgd_paper_hyperplane, "

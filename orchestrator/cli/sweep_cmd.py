@@ -23,6 +23,8 @@ def sweep(argv: Sequence[str]) -> int:
     refused = refused_argument(args)
     if refused:
         return fail(refused)
+    if "--show-scripts" in args and "--dry-run" not in args:
+        return fail("--show-scripts prints a dry run's batch scripts: give it with --dry-run")
     # Run folders, logs, specs and the SQLite file are the user's alone: login nodes are shared
     # (batch jobs set the same umask in their set-up; docs/how-to/sites.md, "Files and permissions").
     os.umask(0o077)
@@ -48,9 +50,11 @@ def sweep(argv: Sequence[str]) -> int:
         return fail(problem)
     full_errors = bool(os.environ.get("HYDRA_FULL_ERROR"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    for flag, override in (("--rerun", "rerun=true"), ("--dry-run", "dry_run=true")):
+    for flag, override in (("--rerun", "rerun=true"), ("--dry-run", "dry_run=true"),
+                           ("--show-scripts", "show_scripts=true")):
         if flag in args:
             args = [a for a in args if a != flag] + [override]
+    args = flags_first(args)   # Hydra's parser takes its overrides in one run, after the flags
     hydra_flags = {"-m", "--multirun", "--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion"}
     if not hydra_flags.intersection(args):
         args = ["--multirun", *args]
@@ -126,7 +130,7 @@ def _exit_status() -> int:
 _HYDRA_FLAGS = ("--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package", "-p", "--run", "-r",
                 "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
                 "--config-dir", "-cd", "--experimental-rerun", "--info", "-i")
-_OUR_FLAGS = ("--rerun", "--dry-run", "--detach")
+_OUR_FLAGS = ("--rerun", "--dry-run", "--show-scripts", "--detach")
 _TAKES_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
                 "-cd", "--experimental-rerun", "--info", "-i")
 
@@ -143,8 +147,8 @@ def refused_argument(args: Sequence[str]) -> str | None:
         if arg.startswith("-"):
             name = arg.split("=", 1)[0]
             if name not in _HYDRA_FLAGS + _OUR_FLAGS:
-                return (f"unknown flag {arg!r}; sweep's flags: --rerun, --dry-run, --detach, --config-dir DIR, "
-                        "--cfg job (scalestudy sweep --help)")
+                return (f"unknown flag {arg!r}; sweep's flags: --rerun, --dry-run, --show-scripts, --detach, "
+                        "--config-dir DIR, --cfg job (scalestudy sweep --help)")
             after_flag = name in _TAKES_VALUE and "=" not in arg
             continue
         key = arg.split("=", 1)[0].removeprefix("override ").lstrip("+~")
@@ -155,6 +159,24 @@ def refused_argument(args: Sequence[str]) -> str | None:
             return (f"{arg!r}: an override is KEY=VALUE (e.g. nodes=2 or study=eager_sgd); scalestudy sweep --help "
                     "lists the keys")
     return None
+
+
+def flags_first(args: Sequence[str]) -> list[str]:
+    """Flags (with their values) before the KEY=VALUE overrides: ``study_name=x --config-dir DIR
+    --dry-run`` would otherwise leave an override after a flag, which Hydra's parser refuses."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    takes_value = False
+    for arg in args:
+        if takes_value:
+            flags.append(arg)
+            takes_value = False
+        elif arg.startswith("-"):
+            flags.append(arg)
+            takes_value = arg.split("=", 1)[0] in _TAKES_VALUE and "=" not in arg
+        else:
+            overrides.append(arg)
+    return flags + overrides
 
 
 def one_line(exc: BaseException) -> str:
@@ -211,7 +233,7 @@ def sweep_help(args: Sequence[str] = ()) -> str:
     for folder in config_dirs(args):
         studies.update({p.stem: str(folder) for p in (folder / "study").glob("*.yaml")})
     lines = [
-        "usage: scalestudy sweep [--rerun] [--dry-run] [--detach] [--config-dir DIR] [KEY=VALUE ...]",
+        "usage: scalestudy sweep [--rerun] [--dry-run [--show-scripts]] [--detach] [--config-dir DIR] [KEY=VALUE ...]",
         "",
         "Runs a study's sweep: every job of the Hydra multirun is one run, submitted through Parsl to the",
         "site's scheduler and MPI launcher; results go to the results database.",
@@ -219,7 +241,10 @@ def sweep_help(args: Sequence[str] = ()) -> str:
         "flags:",
         "  --rerun              run again even runs already done: a new attempt each; the earlier results are",
         "                       kept (readers show the latest; query --attempts all shows every one)",
-        "  --dry-run            validate, print the batch scripts and launch lines, submit nothing",
+        "  --dry-run            validate and submit nothing: a summary first (runs, node-hours, queues, batch",
+        "                       jobs, what the preset gives, warnings), then each run's launch line; the batch",
+        "                       scripts are written to files whose folder it names",
+        "  --show-scripts       with --dry-run: print the batch scripts too",
         "  --detach             validate here, then drive the sweep from a background process (see its log)",
         "  --config-dir DIR     also read studies from DIR/study/*.yaml (your own studies)",
         "  --cfg job            print the composed config of the first job and exit",

@@ -17,8 +17,11 @@ from ..site.config import SiteConfig
 from ..site.queues import charged_node_hours, job_site
 
 
-def preview_batch_script(site: SiteConfig, job: BatchJob, run_dir: Path) -> tuple[str, str]:
-    """The batch script and submit command of ``job``, as the site's provider writes them."""
+def preview_batch_script(site: SiteConfig, job: BatchJob, run_dir: Path,
+                         script_dir: Path | None = None) -> tuple[str, str]:
+    """The batch script and submit command of ``job``, as the site's provider writes them;
+    ``script_dir``: the folder the provider writes the script into, kept (default: a temporary
+    one, removed: the submit command then names a file that is gone)."""
     if not site.scheduler.batch_jobs:
         env = "".join(f"\n  {name}={value}" for name, value in site.env)
         return "(no batch script: runs start from this process, one after another, on this host)" + \
@@ -34,10 +37,12 @@ def preview_batch_script(site: SiteConfig, job: BatchJob, run_dir: Path) -> tupl
 
     provider.execute_wait = record
     with tempfile.TemporaryDirectory() as tmp:
-        provider.script_dir = tmp
+        folder = Path(script_dir) if script_dir is not None else Path(tmp)
+        before = set(folder.iterdir())
+        provider.script_dir = str(folder)
         provider.submit("process_worker_pool.py ...  # Parsl's worker pool; addresses are filled in at submission",
                         1, job_name=f"parsl.{executor_label(site, job.nodes)}.block-0")
-        script = next(p for p in Path(tmp).iterdir() if not p.name.endswith((".stdout", ".stderr")))
+        script = next(p for p in folder.iterdir() if p not in before and not p.name.endswith((".stdout", ".stderr")))
         return script.read_text(), seen[0] if seen else "-"
 
 

@@ -44,6 +44,7 @@ class Admitted:
     batch_jobs: list[BatchJob] = field(default_factory=list)
     done: set[str] = field(default_factory=set)
     done_note: str = ""          # why the runs already done could not be checked, if they could not
+    warnings: list[str] = field(default_factory=list)   # a dry run's: what would stop a real sweep
 
     @property
     def study(self) -> str:
@@ -167,7 +168,7 @@ def admit(config: DictConfig, jobs: Sequence[SweepJob], console: Console) -> Adm
         except (ConfigError, UntestedRelease) as exc:
             if not OmegaConf.select(config, "dry_run"):
                 raise
-            console.print(f"[yellow]warning (a real sweep would stop here): {exc}[/yellow]")
+            admitted.warnings.append(f"a real sweep would stop here: {exc}")   # the dry run's summary says it
     retries = OmegaConf.select(config, "retries")
     admitted.retry_policy = RetryPolicy.from_config(OmegaConf.to_container(retries) if isinstance(retries, DictConfig)
                                                     else retries)

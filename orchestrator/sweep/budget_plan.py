@@ -26,6 +26,8 @@ class SizePlan:
     throughput: float
     efficiency: float
     walltime: str = ""
+    throughput_band: tuple[float, float] | None = None   # the fit's band (perf_model.predict), if it has one
+    efficiency_band: tuple[float, float] | None = None
     queue: str = ""
     charged_nodes: int = 0
     expected_node_hours: float = 0.0     # repeats x charged nodes x predicted hours x charge factor
@@ -100,7 +102,9 @@ def plan_study(fit: dict[str, Any], algorithm: str, site, budget: float, repeats
         row = table.loc[n]
         seconds = overhead + steps * float(row["step_seconds"])
         size = SizePlan(nodes=int(n), ranks=int(row["ranks"]), run_seconds=seconds,
-                        throughput=float(row["throughput"]), efficiency=float(row["efficiency"]))
+                        throughput=float(row["throughput"]), efficiency=float(row["efficiency"]),
+                        throughput_band=(float(row["throughput_low"]), float(row["throughput_high"])),
+                        efficiency_band=(float(row["efficiency_low"]), float(row["efficiency_high"])))
         size.walltime = walltime_request(repeats * seconds)
         if site.max_walltime and walltime_seconds(size.walltime) > walltime_seconds(site.max_walltime):
             size.refused = f"{repeats} run(s) need {size.walltime}, over the site's max_walltime {site.max_walltime}"

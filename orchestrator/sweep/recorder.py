@@ -40,6 +40,7 @@ from .database_outages import DatabaseWrites
 from .job_returns import job_error
 from .observer import LaunchPlan, SweepJob
 from .outcome import SweepOutcome, hand_over
+from .preset import PresetUse, preset_use
 from .progress import SweepProgress, headline, run_label, varying_keys
 from .provenance import provenance
 from .retry_policy import INGEST, NODE_LOST, SETUP_FAILURE, STATUS, NodeLost, RetryPolicy, classify
@@ -100,29 +101,39 @@ class SweepRecorder:
                           launcher_options={j.idx: launch_flags(admitted.site, s.threads_per_worker,
                                                                 s.workers_per_node, s.device)
                                             for j, s in zip(jobs, admitted.specs)})
+        preset = preset_use(self.config)
         if OmegaConf.select(self.config, "dry_run"):
             from .dry_run import print_dry_run
 
-            self._notes(admitted)
-            print_dry_run(admitted, jobs, self.labels, self._repeat_rule())
+            crowded = oversubscription_note(admitted.site, admitted.specs)
+            print_dry_run(admitted, jobs, self.labels, self._repeat_rule(), preset=preset,
+                          warnings=[*admitted.warnings, *([crowded] if crowded else [])],
+                          show_scripts=bool(OmegaConf.select(self.config, "show_scripts")))
             return plan
+        # the first line says what the sweep is (and which axes its preset swept); the notes follow,
+        # once the runs are recorded: a sweep refused (bad input, no database) is one line
+        plan.submit = self._register(jobs, admitted, preset.headline() if preset is not None else "")
         if admitted.prediction.note:
             self.console.print(f"[dim]{admitted.prediction.note}[/dim]")
         for batch_job in admitted.batch_jobs:
             if batch_job.note:
                 self.console.print(f"[cyan]{batch_job.note}[/cyan]")
-        plan.submit = self._register(jobs, admitted)
-        self._notes(admitted)   # once the runs are recorded: a sweep refused (bad input, no database) is one line
+        self._notes(admitted, preset)
         return plan
 
-    def _notes(self, admitted: Admitted) -> None:
-        """What a sweep says once, before its runs start: the preset a named study is built on,
-        and runs that crowd this host."""
-        inherited_preset_note(self.config, admitted.specs, self.console)
-        oversubscription_note(admitted.site, admitted.specs, self.console)
+    def _notes(self, admitted: Admitted, preset: PresetUse | None) -> None:
+        """What a sweep says once, before its runs start: what it takes from its preset, and
+        runs that crowd this host."""
+        if preset is not None:
+            for line in preset.lines(admitted.study, grid=False):   # the first line named its axes
+                self.console.print(f"[dim]{line}[/dim]")
+        crowded = oversubscription_note(admitted.site, admitted.specs)
+        if crowded:
+            self.console.print(f"note: {crowded}")
 
-    def _register(self, jobs: Sequence[SweepJob], admitted: Admitted) -> list[bool]:
-        """Record the runs (pending, under this driver) and decide which to submit."""
+    def _register(self, jobs: Sequence[SweepJob], admitted: Admitted, preset_axes: str = "") -> list[bool]:
+        """Record the runs (pending, under this driver) and decide which to submit; the sweep's
+        first line (``preset_axes``: which axes its preset swept), then each run skipped."""
         self.engine = connect(OmegaConf.select(self.config, "db_url"))
         rerun = bool(OmegaConf.select(self.config, "rerun"))
         seconds, fit = admitted.prediction.seconds, admitted.prediction.fit_id
@@ -135,13 +146,14 @@ class SweepRecorder:
         self._cancel_stopped_sweeps_jobs(decisions)
         by_idx = {j.idx: d for (j, _), d in zip(kept, decisions)}
         submit = []
+        skipped: list[str] = []
         for job in jobs:
             if job.idx in same:   # the same run as an earlier job of this sweep: it runs once
                 first = same[job.idx]
                 self.run_ids[job.idx] = by_idx[first].run_id
                 submit.append(False)
-                self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: the same run as #{first} (it differs "
-                                   f"only in keys its algorithm does not read)[/dim]")
+                skipped.append(f"[dim]skip #{job.idx} {self.labels[job.idx]}: the same run as #{first} (it differs "
+                               f"only in keys its algorithm does not read)[/dim]")
                 continue
             decision = by_idx[job.idx]
             self.run_ids[job.idx] = decision.run_id
@@ -153,15 +165,17 @@ class SweepRecorder:
                 job.output_dir.mkdir(parents=True, exist_ok=True)
                 self.specs[job.idx].save(job.output_dir / SPEC_FILE)  # the task executes this spec as planned
             elif decision.reason == "done":
-                self.console.print(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done "
-                                   f"(run_key {decision.run_key}; --rerun forces)[/dim]")
+                skipped.append(f"[dim]skip #{job.idx} {self.labels[job.idx]}: already done "
+                               f"(run_key {decision.run_key}; --rerun forces)[/dim]")
             elif not decision.submit:
                 wait = max(0.0, HEARTBEAT_STALE_SECONDS - (decision.heartbeat_age or 0.0))
-                self.console.print(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: in progress under sweep "
-                                   f"{decision.driver} (run_key {decision.run_key}; if that sweep has stopped, this "
-                                   f"command takes its runs over in {wait:.0f} s)[/yellow]")
-        self.console.print(f"study [bold]{admitted.study}[/bold]: {len(jobs)} runs, {sum(submit)} to launch on "
-                           f"site {self.site.name}; results in {safe_url(str(self.engine.url))}")
+                skipped.append(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: in progress under sweep "
+                               f"{decision.driver} (run_key {decision.run_key}; if that sweep has stopped, this "
+                               f"command takes its runs over in {wait:.0f} s)[/yellow]")
+        self.console.print(f"study [bold]{admitted.study}[/bold]: {len(jobs)} runs{preset_axes}, {sum(submit)} to "
+                           f"launch on site {self.site.name}; results in {safe_url(str(self.engine.url))}")
+        for line in skipped:
+            self.console.print(line)
         self.progress = SweepProgress(self.console, total=sum(submit))
         failpoint("registered")   # the reliability suite: killed with runs recorded, none submitted
         return submit
@@ -447,31 +461,21 @@ class SweepRecorder:
         self.console.print(summary(rule, decisions))
 
 
-def inherited_preset_note(config: DictConfig, specs: Sequence[RunSpec], console: Console) -> None:
-    """A study named on the command line (study_name=mine) is still built on a preset, the
-    default's (smoke) unless study=NAME chooses one: its grid and its settings apply. Said in a
-    line, not left to be found in the results."""
-    preset = OmegaConf.select(config, "hydra.runtime.choices.study")
-    names = {s.study for s in specs}
-    if preset and names and names != {preset}:
-        console.print(f"study {', '.join(sorted(names))}: built on the {preset} preset (its sweep grid and settings, "
-                      f"orchestrator/sweep/conf/study/{preset}.yaml, apply where the command line does not set "
-                      "them); study=NAME builds on another")
-
-
-def oversubscription_note(site: SiteConfig, specs: Sequence[RunSpec], console: Console) -> None:
+def oversubscription_note(site: SiteConfig, specs: Sequence[RunSpec]) -> str:
     """Said once, before anything runs, where every rank of a run shares this host (the local
     site, a cluster of virtual nodes): runs that put more threads on it than it has CPUs time
-    the sharing as much as the algorithm (the figures and the report say it again, per page)."""
+    the sharing as much as the algorithm (the figures and the report say it again, per page).
+    "" where no run does."""
     if site.scheduler.batch_jobs and not site.shared_host:
-        return
+        return ""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:   # not Linux
         cpus = os.cpu_count() or 1
     crowded = [s for s in specs if s.world_size * s.threads_per_worker > cpus]
-    if crowded:
-        most = max(s.world_size * s.threads_per_worker for s in crowded)
-        console.print(f"note: {len(crowded)} of these {len(specs)} runs put up to {most} threads on this host's "
-                      f"{cpus} CPUs: their ranks share cores, so their times measure the sharing as much as the "
-                      "algorithm (fine for checking a study, not for its numbers)")
+    if not crowded:
+        return ""
+    most = max(s.world_size * s.threads_per_worker for s in crowded)
+    return (f"{len(crowded)} of these {len(specs)} runs put up to {most} threads on this host's "
+            f"{cpus} CPUs: their ranks share cores, so their times measure the sharing as much as the "
+            "algorithm (fine for checking a study, not for its numbers)")

@@ -84,6 +84,14 @@ def _bool(field: str, value: Any) -> bool:
     return value
 
 
+def _seed_per_repeat(value: Any, repeat: int, workload_kind: str) -> bool:
+    """Whether repeats vary the seed; kept at its default where it changes nothing (the first
+    repeat trains with ``seed`` either way; a command workload reads no seed of ours), so that
+    such a run has one key whatever was set."""
+    vary = _bool("seed_per_repeat", value)
+    return vary if repeat > 0 and workload_kind == "builtin" else FIELD["seed_per_repeat"].default
+
+
 def _autotune(value: Any, algorithm: str) -> bool:
     """Only engines with a cycle time tune one; asking another to is a mistake worth a stop."""
     tune = _bool("autotune", value)
@@ -398,6 +406,8 @@ def build_run_spec(cfg: DictConfig | Mapping[str, Any], site: SiteConfig | None 
         momentum=_float("momentum", d("momentum"), strict=False),
         seed=_int("seed", d("seed"), minimum=0),
         repeat=_int("repeat", d("repeat"), minimum=0),
+        seed_per_repeat=_seed_per_repeat(d("seed_per_repeat"), _int("repeat", d("repeat"), minimum=0),
+                                         workload["workload_kind"]),
         fusion_threshold_mb=_float("fusion_threshold_mb", d("fusion_threshold_mb"), strict=False),
         cycle_time_ms=_float("cycle_time_ms", d("cycle_time_ms")),
         autotune=_autotune(d("autotune"), algorithm),

@@ -34,6 +34,8 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "db_url": (None, "SQLAlchemy URL; null: $SCALESTUDY_DB_URL or ./scalestudy.db"),
     "rerun": (False, "run again even runs already done (--rerun)"),
     "dry_run": (False, "print what would be submitted, submit nothing (--dry-run)"),
+    "show_scripts": (False, "with --dry-run: print each batch script too, not only write it to a file "
+                            "(--show-scripts)"),
 }
 # workload.* keys that shape how a command runs but are not fields of their own
 WORKLOAD_KEYS: dict[str, tuple[Any, str]] = {

@@ -11,7 +11,9 @@ its batch — and skips only that check, and only for the Parsl launcher. Its pa
 ones Hydra's plugin documentation and its own sweeper plugins use: ``Sweeper``,
 ``Plugins.instantiate_launcher``, ``OverridesParser`` and the ``Override`` methods for sweeps.
 ``tests/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
-With ``repeats.until`` it runs a second phase of the jobs the launcher's observer asks for once
+A study of the user's own (``study_name=`` given, ``study=`` not) takes no grid from the default
+preset: its ``hydra.sweeper.params`` are left out, and it sweeps what the command line sweeps
+(``preset``). With ``repeats.until`` it runs a second phase of the jobs the launcher's observer asks for once
 the first has ended (``repeats_on_demand``: the repeats each configuration still needs).
 """
 
@@ -72,7 +74,10 @@ class ScalestudySweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
-        lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        from .preset import grid_applies
+
+        params = self.params if grid_applies(arguments) else {}   # a study of the user's own: no preset grid
+        lines = [f"{key}={value}" for key, value in params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         parsed = parser.parse_overrides(lines)
         jobs = job_overrides(parsed)

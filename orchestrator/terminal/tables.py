@@ -8,6 +8,7 @@ the runs have.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any, Sequence
 
@@ -46,13 +47,23 @@ def percent_cell(value: Any) -> str:
     return f"±{100 * value:.3g} %"
 
 
+FIELD_ORDER = {f.name: i for i, f in enumerate(FIELDS)}
+
+
+def registry_order(columns: Sequence[str]) -> list[str]:
+    """Axis columns in the registry's order (``workloads.spec.FIELDS``: nodes, workers per node,
+    threads per node, batch size, algorithm, ...), the rest (free parameters) after them as they
+    came: every comparison table shows its axes in one order."""
+    return [c for _, c in sorted(enumerate(columns), key=lambda ic: (FIELD_ORDER.get(ic[1], len(FIELD_ORDER)), ic[0]))]
+
+
 def compare_display(frame, metric: str):
     """``compare``'s table as a terminal shows it: each value beside its interval (or why it has
     none), so that a comparison fits 80 columns (CSV, JSON and Parquet keep every column apart)."""
     from results_db.compare import OUTPUT_COLUMNS
 
     hidden = set(OUTPUT_COLUMNS(metric)) | {"energy_kj_mean"}
-    axes = [c for c in frame.columns if c not in hidden]
+    axes = registry_order([c for c in frame.columns if c not in hidden])
     out = frame[axes + ["repeats"]].copy()
     out[metric] = [f"{cell(m)} ± {cell(s)}" if s == s else cell(m)
                    for m, s in zip(frame[f"{metric}_mean"], frame[f"{metric}_std"])]
@@ -100,6 +111,18 @@ def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str
 
 # a sweep's table shows a command's reported metrics as columns up to this many
 SWEEP_METRICS_SHOWN = 4
+# a sweep's table, printed where no terminal says how wide (a pipe, a log): at most this wide; cells wrap
+SWEEP_TABLE_WIDTH = 120
+# a command workload's command in the sweep's table: this many characters, then an ellipsis
+COMMAND_SHOWN = 32
+# what a command workload's run does not have: our loop's compute mode and its top-1 (a command reports metrics)
+NOT_FOR_COMMANDS = ("model", "compute", "final_top1")
+
+
+def shorten(text: str, width: int = COMMAND_SHOWN) -> str:
+    """``text`` in at most ``width`` characters, ending in an ellipsis where it was cut."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> None:
@@ -109,11 +132,11 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
         kinds = {k for (k,) in conn.execute(select(Run.workload_kind).where(Run.id.in_(ids)).distinct())}
         names = [c for c in SWEEP_COLUMNS if c != "run_id"]
         if kinds == {"command"}:
-            names = [c if c != "algorithm" else "command" for c in names if c != "model"]
+            names = [c if c != "algorithm" else "command" for c in names if c not in NOT_FOR_COMMANDS]
         stmt = (select(Run.id, *(getattr(Run, c) for c in names), Run.params, Run.metrics)
                 .where(Run.id.in_(ids)).order_by(Run.id))
-        rows = [tuple(" ".join(map(str, v))[:40] if isinstance(v, list) else v for v in row[:-2]) + tuple(row[-2:])
-                for row in conn.execute(stmt).all()]
+        rows = [tuple(shorten(shlex.join(map(str, v))) if isinstance(v, list) else v for v in row[:-2])
+                + tuple(row[-2:]) for row in conn.execute(stmt).all()]
     keys = {"params": [], "metrics": []}
     for row in rows:
         for field, values in (("params", row[-2]), ("metrics", row[-1])):
@@ -130,8 +153,12 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
         params, metrics = row[-2] or {}, row[-1] or {}
         cells.append([*(cell(v) for v in row[:-2]), *(cell(params.get(k)) for k in keys["params"]),
                       *(cell(metrics.get(k)) for k in keys["metrics"])])
-    table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns], fold_constant=True)
-    Console(width=None if sys.stdout.isatty() else 250).print(table)
+    if len(cells) == 1:   # one run: a column per field would not fit a terminal; a row per field does
+        table = rows_table(["field", "value"], [[SHORT_HEADERS.get(c, c), v] for c, v in zip(columns, cells[0])],
+                           title, [False, False])
+    else:
+        table = rows_table(columns, cells, title, [c in numeric or "." in c for c in columns], fold_constant=True)
+    Console(width=None if sys.stdout.isatty() else SWEEP_TABLE_WIDTH).print(table)
     if hidden:
         print(f"({len(hidden)} reported metrics per run, not shown here ({', '.join(hidden[:3])}, ...): "
               f"scalestudy query --columns run_id,metrics.{hidden[0]} --format csv)")

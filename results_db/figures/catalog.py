@@ -201,8 +201,7 @@ CATALOG: tuple[FigureSpec, ...] = (
                lambda ctx: derived.time_to_accuracy(ctx.engine, ctx.runs, ctx.target), draw.time_bars,
                size=(7.5, 4.2),
                caption="Seconds until a configuration's runs first reached the target top-1 accuracy (mean ± standard "
-                       "deviation over the repeats that reached it); the default target is the best accuracy every "
-                       "run reached."),
+                       "deviation over the repeats that reached it)."),
     FigureSpec("loss_vs_time", "Validation loss against training time (mean over repeats)",
                "evaluations of runs that score no top-1 (a regression)",
                lambda ctx: data.loss_curves(ctx.engine, ctx.runs), draw.loss_curves,
@@ -213,8 +212,7 @@ CATALOG: tuple[FigureSpec, ...] = (
                lambda ctx: derived.time_to_loss(ctx.engine, ctx.runs, ctx.loss_target),
                draw.time_bars, size=(7.5, 4.2),
                caption="Seconds until a configuration's runs first reached the target validation loss (mean ± "
-                       "standard deviation over the repeats that reached it); the default target is the study's "
-                       "paper's (eager-SGD's hyperplane: MSE 4.7), else the highest of every run's lowest loss."),
+                       "standard deviation over the repeats that reached it)."),
     FigureSpec("energy_vs_nodes", "Energy to solution against node count", "runs with an energy counter "
                "(runs.energy_joules: Cray pm_counters, RAPL or NVML) at two node counts or more",
                lambda ctx: energy.energy_vs_nodes(ctx.runs, "energy"),
@@ -308,6 +306,8 @@ def render_study(engine: Engine, study: str, out_dir: Path, formats: Sequence[st
     check_choices(formats, only, allow_dynamic=True)
     if target is not None and not 0 < target <= 1:
         raise data.FigureDataError(f"target {target!r}: a top-1 accuracy between 0 and 1 (e.g. 0.8)")
+    if loss_target is not None and not (loss_target == loss_target and 0 < loss_target < float("inf")):
+        raise data.FigureDataError(f"loss target {loss_target!r}: a validation loss above 0 (e.g. 4.7)")
     ctx = FigureContext(engine, runs or data.load_study(engine, study, where), run_id, target, loss_target)
     specs = [s for s in [*CATALOG, *dynamic_specs(ctx)] if not only or s.name in only]
     if run_id is not None and any(spec.name == "timeline" for spec in specs):
@@ -335,7 +335,9 @@ def _render_one(spec: FigureSpec, ctx: FigureContext, out_dir: Path, formats: Se
     draw.title(fig, f"{ctx.runs.study}: {title}")
     draw.add_notes(fig, notes)
     runs = f"{len(run_ids)} run" + ("" if len(run_ids) == 1 else "s")
-    caption = f"{spec.caption} Drawn from {runs}." if spec.caption else f"Drawn from {runs}."
+    # what the figure's own table adds (a time to accuracy's target and how it was chosen)
+    own = f" {frame.attrs['caption_note']}" if frame.attrs.get("caption_note") else ""
+    caption = f"{spec.caption}{own} Drawn from {runs}." if spec.caption else f"{own.strip()} Drawn from {runs}.".strip()
     files = [_atomic(out_dir / f"{spec.name}.csv", lambda tmp: frame.to_csv(tmp, index=False))]
     for fmt in formats:
         # SVG keeps its text as text (searchable, editable), not as outlines

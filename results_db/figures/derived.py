@@ -119,6 +119,23 @@ def speedup_vs_delay(sr: StudyRuns) -> pd.DataFrame:
     return used(out, ids) if not out.empty else out
 
 
+# how a time-to-target's target was chosen, said wherever the target is (report header and legend,
+# figure caption, the CSV's target_rule column)
+TOP1_RULE = "the best top-1 every run reached, rounded down to a whole percent"
+LOSS_RULE = "the highest of every run's lowest validation loss, rounded up to 2 significant digits"
+GIVEN_RULE = "as given ({option})"
+
+
+def top1_percent(target: float) -> str:
+    """A top-1 target as the pages print it: ``24 %``, ``85.5 %``."""
+    return f"{round(float(target) * 100, 4):g} %"
+
+
+def target_rule(given: bool, option: str = "--target") -> str:
+    """Why the time to accuracy's target is what it is."""
+    return GIVEN_RULE.format(option=option) if given else TOP1_RULE
+
+
 def default_target(engine: Engine, sr: StudyRuns) -> float | None:
     """The best top-1 every run reached (rounded down to 0.01): every configuration's time
     to it is defined, and what differs is how fast they got there. None where that is no
@@ -142,7 +159,9 @@ def chance_top1(runs: pd.DataFrame) -> float | None:
 
 def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:
     """Per configuration: seconds (and epochs) until the first evaluation at or above
-    ``target`` top-1, mean ± std over the repeats that reached it; ``reached`` of ``runs``."""
+    ``target`` top-1, mean ± std over the repeats that reached it; ``reached`` of ``runs``;
+    ``target_rule`` says how the target was chosen (``TOP1_RULE`` unless given)."""
+    rule = target_rule(target is not None)
     target = default_target(engine, sr) if target is None else target
     if target is None:
         return pd.DataFrame()
@@ -159,7 +178,10 @@ def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None)
            .reset_index())
     out["seconds_std"] = out["seconds_std"].fillna(0.0)
     out.insert(1, "target_top1", target)
-    return used(out, frame["run_id"])
+    out.insert(2, "target_rule", rule)
+    out = used(out, frame["run_id"])
+    out.attrs["caption_note"] = f"The target, top-1 ≥ {top1_percent(target)}, is {rule}."
+    return out
 
 
 def scores_top1(engine: Engine, sr: StudyRuns) -> bool:
@@ -193,7 +215,13 @@ def default_loss_target(engine: Engine, sr: StudyRuns) -> float | None:
 def time_to_loss(engine: Engine, sr: StudyRuns, target: float | None = None) -> pd.DataFrame:
     """Per configuration: seconds (and epochs) until the first evaluation at or below ``target``
     validation loss, mean ± std over the repeats that reached it; ``reached`` of ``runs``
-    (default target: ``default_loss_target``; none for a study whose runs score a top-1)."""
+    (default target: ``default_loss_target``; none for a study whose runs score a top-1);
+    ``target_rule`` says how the target was chosen."""
+    if target is not None:
+        rule = target_rule(True, "--loss-target")
+    else:
+        declared = paper_claims.loss_target(sr.study) is not None
+        rule = "the target the study's paper measures to" if declared else LOSS_RULE
     target = default_loss_target(engine, sr) if target is None else target
     if target is None:
         return pd.DataFrame()
@@ -210,7 +238,10 @@ def time_to_loss(engine: Engine, sr: StudyRuns, target: float | None = None) -> 
            .reset_index())
     out["seconds_std"] = out["seconds_std"].fillna(0.0)
     out.insert(1, "target_loss", target)
-    return used(out, frame["run_id"])
+    out.insert(2, "target_rule", rule)
+    out = used(out, frame["run_id"])
+    out.attrs["caption_note"] = f"The target, validation loss ≤ {target:g}, is {rule}."
+    return out
 
 
 def loss_name(runs: pd.DataFrame) -> str:

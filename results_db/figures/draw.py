@@ -341,7 +341,10 @@ def time_bars(frame: pd.DataFrame, fig: Figure) -> None:
     if "target_loss" in frame:
         ax.set_ylabel(f"seconds until validation loss ≤ {float(frame['target_loss'].iloc[0]):g}")
     else:
-        ax.set_ylabel(f"seconds until top-1 ≥ {float(frame['target_top1'].iloc[0]) * 100:.0f} %")
+        rule = str(frame["target_rule"].iloc[0]) if "target_rule" in frame else ""
+        ax.set_ylabel(f"seconds until top-1 ≥ {round(float(frame['target_top1'].iloc[0]) * 100, 4):g} %"
+                      + ("\n(" + ("as given" if rule.startswith("as given") else "every run's best, rounded down")
+                         + ")" if rule else ""))
     ax.grid(axis="y", alpha=0.3)
 
 

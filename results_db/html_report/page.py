@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ..confidence import CHECKED, interval_words
 from ..figures.data import label_of, setting
+from ..figures.derived import TOP1_RULE, top1_percent
 from .provenance import Provenance
 
 _ENV = Environment(loader=FileSystemLoader(Path(__file__).parent), autoescape=True, undefined=StrictUndefined,
@@ -78,10 +79,11 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
         else "loss"
     heads += [f"final validation {loss}" if has_loss else "final top-1 accuracy"]
     if has_ttl:
-        heads += [f"seconds to validation {loss} ≤ {float(table['target_loss'].dropna().iloc[0]):g}"]
+        heads += [f"seconds to validation {loss} ≤ {float(table['target_loss'].dropna().iloc[0]):g}"
+                  + _rule_words(table, "loss_target_rule")]
     if has_tta:
-        heads += [f"seconds to top-1 ≥ {float(table['target_top1'].dropna().iloc[0]) * 100:.0f} %"
-                  if table["target_top1"].notna().any() else "seconds to target"]
+        heads += [f"seconds to top-1 ≥ {top1_percent(table['target_top1'].dropna().iloc[0])}"
+                  + _rule_words(table, "target_rule") if table["target_top1"].notna().any() else "seconds to target"]
     emulated = "compute" in table and bool((table["compute"].fillna("") != "real").any())
     heads += ["compute"] if emulated else []
     gpu = [c for c in ("gpu_peak_memory_mb", "gpu_utilization") if c in table and table[c].notna().any()]
@@ -128,6 +130,35 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     return heads, rows
 
 
+def _first(table: pd.DataFrame, column: str) -> str:
+    return str(table[column].dropna().iloc[0]) if column in table and table[column].notna().any() else ""
+
+
+def _rule_words(table: pd.DataFrame, column: str) -> str:
+    """The header's short form of how the target was chosen (the legend says it whole)."""
+    rule = _first(table, column)
+    if not rule:
+        return ""
+    return f" ({rule})" if rule.startswith("as given") else \
+        (" (every run's best, rounded down)" if rule == TOP1_RULE else " (chosen: see below)")
+
+
+def target_legend(table: pd.DataFrame) -> str:
+    """The sentences of the legend that name each time-to-target's target with its rule."""
+    out = []
+    if "target_top1" in table and table["target_top1"].notna().any():
+        rule = _first(table, "target_rule") or TOP1_RULE
+        option = "" if rule.startswith("as given") else " (scalestudy report --target sets another)"
+        out.append(f"Time to accuracy: seconds until a configuration's runs first reached top-1 ≥ "
+                   f"{top1_percent(table['target_top1'].dropna().iloc[0])}, the target being {rule}{option}.")
+    if "target_loss" in table and table["target_loss"].notna().any():
+        rule = _first(table, "loss_target_rule")
+        option = "" if rule.startswith("as given") else " (scalestudy report --loss-target sets another)"
+        out.append(f"Time to loss: seconds until a configuration's runs first reached a validation loss ≤ "
+                   f"{float(table['target_loss'].dropna().iloc[0]):g}, the target being {rule or 'chosen'}{option}.")
+    return " ".join(out)
+
+
 def _reached_text(row: dict, prefix: str, done: bool) -> str:
     """Seconds to a target (``tta``: top-1, ``ttl``: loss), mean ± std over the runs that reached
     it, saying how many of the runs did."""
@@ -154,6 +185,8 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
               "noise it rests on is itself uncertain by about half). " + CHECKED + " More: the documentation's "
               "\"compare with confidence\".") if baseline else ("Throughput and accuracy are the mean ± standard deviation over a "
                                             "configuration's repeats. No axis to compare against was swept.")
+    targets = target_legend(table) if not table.empty else ""
+    legend = f"{legend} {targets}" if targets else legend
     rows_ = [{**r, "values": ", ".join(str(v) for v in r["values"])} for r in axes.to_dict("records")]
     axes_rows = [r for r in rows_ if r["role"] != "fixed"]
     fixed = [r for r in rows_ if r["role"] == "fixed"]

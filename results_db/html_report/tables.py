@@ -157,12 +157,14 @@ def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: 
     if not tta.empty:
         tta = tta.set_index("config")
         frame["target_top1"] = float(tta["target_top1"].iloc[0])
+        frame["target_rule"] = str(tta["target_rule"].iloc[0])
         for column in ("seconds_mean", "seconds_std", "reached"):
             frame[f"tta_{column}"] = [tta[column].get(c, float("nan")) for c in frame["config"]]
     ttl = derived.time_to_loss(engine, sr, loss_target) if no_top1 or loss_target is not None else pd.DataFrame()
     if not ttl.empty:
         ttl = ttl.set_index("config")
         frame["target_loss"] = float(ttl["target_loss"].iloc[0])
+        frame["loss_target_rule"] = str(ttl["target_rule"].iloc[0])
         frame["loss_name"] = derived.loss_name(sr.runs)
         for column in ("seconds_mean", "seconds_std", "reached"):
             frame[f"ttl_{column}"] = [ttl[column].get(c, float("nan")) for c in frame["config"]]
