@@ -165,11 +165,21 @@ def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None)
     target = default_target(engine, sr) if target is None else target
     if target is None:
         return pd.DataFrame()
+    out = _time_to_target(engine, sr, target, "top1", rule)
+    if not out.empty:
+        out.attrs["caption_note"] = f"The target, top-1 ≥ {top1_percent(target)}, is {rule}."
+    return out
+
+
+def _time_to_target(engine: Engine, sr: StudyRuns, target: float, metric: str, rule: str) -> pd.DataFrame:
+    """Per configuration: seconds (and epochs) to the first evaluation reaching ``target``
+    (``query.first_reaching``: top-1 at or above, loss at or below), mean ± std over the repeats
+    that reached it; ``reached`` of ``runs``; ``target_top1``/``target_loss`` and ``target_rule``."""
     evals = query.evals(engine, sr.ids)
     if evals.empty:
         return pd.DataFrame()   # no run evaluated: nothing reached any target
     ids = sorted(set(int(i) for i in evals["run_id"]))
-    per_run = query.time_to_accuracy(engine, ids, target)
+    per_run = query.first_reaching(evals, ids, target, metric)
     frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
     frame["epochs_done"] = pd.to_numeric(frame["epoch"], errors="coerce") + 1
     out = (frame.groupby("config", sort=False)
@@ -177,11 +187,9 @@ def time_to_accuracy(engine: Engine, sr: StudyRuns, target: float | None = None)
                 epochs_mean=("epochs_done", "mean"), reached=("seconds", "count"), runs=("run_id", "nunique"))
            .reset_index())
     out["seconds_std"] = out["seconds_std"].fillna(0.0)
-    out.insert(1, "target_top1", target)
+    out.insert(1, f"target_{metric}", target)
     out.insert(2, "target_rule", rule)
-    out = used(out, frame["run_id"])
-    out.attrs["caption_note"] = f"The target, top-1 ≥ {top1_percent(target)}, is {rule}."
-    return out
+    return used(out, frame["run_id"])
 
 
 def scores_top1(engine: Engine, sr: StudyRuns) -> bool:
@@ -225,22 +233,9 @@ def time_to_loss(engine: Engine, sr: StudyRuns, target: float | None = None) -> 
     target = default_loss_target(engine, sr) if target is None else target
     if target is None:
         return pd.DataFrame()
-    evals = query.evals(engine, sr.ids)
-    if evals.empty:
-        return pd.DataFrame()
-    ids = sorted(set(int(i) for i in evals["run_id"]))
-    per_run = query.first_reaching(evals, ids, target, "loss")
-    frame = sr.with_config()[["run_id", "config"]].merge(per_run, on="run_id")
-    frame["epochs_done"] = pd.to_numeric(frame["epoch"], errors="coerce") + 1
-    out = (frame.groupby("config", sort=False)
-           .agg(seconds_mean=("seconds", "mean"), seconds_std=("seconds", "std"),
-                epochs_mean=("epochs_done", "mean"), reached=("seconds", "count"), runs=("run_id", "nunique"))
-           .reset_index())
-    out["seconds_std"] = out["seconds_std"].fillna(0.0)
-    out.insert(1, "target_loss", target)
-    out.insert(2, "target_rule", rule)
-    out = used(out, frame["run_id"])
-    out.attrs["caption_note"] = f"The target, validation loss ≤ {target:g}, is {rule}."
+    out = _time_to_target(engine, sr, target, "loss", rule)
+    if not out.empty:
+        out.attrs["caption_note"] = f"The target, validation loss ≤ {target:g}, is {rule}."
     return out
 
 

@@ -60,15 +60,23 @@ def oversubscription_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
             "as much as the algorithm, not scaling.")
 
 
-def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
+def _compute_kind(sr: StudyRuns, run_ids: Sequence[int], kind: str, verb: str) -> str | None:
+    """Who among these runs ran ``compute=kind`` ("This run is", "3 of these 5 runs are"), or None."""
     chosen = sr.runs[sr.runs["run_id"].isin(list(run_ids))]
     if "compute" not in chosen:
         return None
-    emulated = chosen[chosen["compute"] == "emulated"]
-    if emulated.empty:
+    some = chosen[chosen["compute"] == kind]
+    if some.empty:
         return None
-    who = "This run is" if len(chosen) == 1 else f"All {len(chosen)} runs are" if len(emulated) == len(chosen) \
-        else f"{len(emulated)} of these {len(chosen)} runs are"
+    plural = "are" if verb == "is" else verb
+    return f"This run {verb}" if len(chosen) == 1 else f"All {len(chosen)} runs {plural}" if len(some) == len(chosen) \
+        else f"{len(some)} of these {len(chosen)} runs {plural}"
+
+
+def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
+    who = _compute_kind(sr, run_ids, "emulated", "is")
+    if who is None:
+        return None
     return (f"{who} emulated (compute=emulated): forward and backward slept times recorded on a real run and "
             "communication ran for real, on this machine; not a measurement of computing at that scale, and where "
             "the ranks shared a host's cores, a measurement of that host as much as of the algorithm.")
@@ -76,17 +84,12 @@ def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
 
 def padding_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
     """Runs with ``compute=padded``: computed for real, each step held to a profile's time."""
-    chosen = sr.runs[sr.runs["run_id"].isin(list(run_ids))]
-    if "compute" not in chosen:
+    who = _compute_kind(sr, run_ids, "padded", "")
+    if who is None:
         return None
-    padded = chosen[chosen["compute"] == "padded"]
-    if padded.empty:
-        return None
-    who = "This run" if len(chosen) == 1 else f"All {len(chosen)} runs" if len(padded) == len(chosen) \
-        else f"{len(padded)} of these {len(chosen)} runs"
-    return (f"{who} computed for real with padded compute (compute=padded): each step's forward and backward were "
-            "held until they had lasted a profile's times (a paper's step, not this machine's), so their rates are "
-            "the profile's plus what the step does besides; their losses and accuracies are measured.")
+    return (f"{who.rstrip()} computed for real with padded compute (compute=padded): each step's forward and backward "
+            "were held until they had lasted a profile's times (a paper's step, not this machine's), so their rates "
+            "are the profile's plus what the step does besides; their losses and accuracies are measured.")
 
 
 def grid_notes(sr: StudyRuns) -> list[str]:
