@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tarfile
 from dataclasses import dataclass
@@ -67,9 +68,15 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_out(out: Path) -> None:
+def refuse_used_folder(out: Path) -> None:
+    """An artifact goes into a new or empty folder only: packing never mixes with, or removes, what
+    is there."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ArtifactError(f"--out {out}: exists and is not an empty folder; nothing was written")
+
+
+def _check_out(out: Path) -> None:
+    refuse_used_folder(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -110,12 +117,28 @@ def _scrub_run(with_accounts: bool):
                 spec.pop(key, None)
             row["spec"] = spec
         row["config"] = config
-        env = dict(row.get("environment") or {})
-        if env.get("command"):
-            env["command"] = scrub(env["command"], _url_in(env["command"]))
-        row["environment"] = env
+        row["environment"] = _shareable_environment(row.get("environment"), with_accounts)
         return row
     return rewrite
+
+
+def _shareable_command(command: str, with_accounts: bool) -> str:
+    """A recorded sweep command fit to leave the site: no database password, and no account
+    (``account=PROJECT`` and ``+account=...`` words) unless the packer asked for them."""
+    command = scrub(command, _url_in(command))
+    if with_accounts:
+        return command
+    keys = "|".join(re.escape(k) for k in ACCOUNT_KEYS)
+    return re.sub(rf"(^|\s)([+~]{{0,2}}(?:{keys}))=\S*", r"\1\2=<left out>", command)
+
+
+def _shareable_environment(environment, with_accounts: bool):
+    if not isinstance(environment, dict):
+        return environment
+    env = dict(environment)
+    if env.get("command"):
+        env["command"] = _shareable_command(env["command"], with_accounts)
+    return env
 
 
 def _url_in(text: str) -> str | None:
@@ -138,7 +161,7 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
         latest = runs[runs["latest"]] if "latest" in runs else runs
         _write_configs(out, latest, with_accounts)
         _write_sites(out, latest)
-        _write_json(out / "software.json", _software(latest))
+        _write_json(out / "software.json", _software(latest, with_accounts))
         _write_json(out / "machine.json", _machine(engine, latest))
         if report:
             from .html_report import build_report
@@ -203,7 +226,7 @@ def _write_configs(out: Path, runs, with_accounts: bool) -> None:
                 + yaml.safe_dump(config, sort_keys=False))
         (folder / f"run_{int(row['run_id'])}.yaml").write_text(text, encoding="utf-8")
     commands = sorted({(r.get("environment") or {}).get("command") for r in runs.to_dict("records")} - {None})
-    lines = [scrub(c, _url_in(c)) for c in commands]
+    lines = sorted({_shareable_command(c, with_accounts) for c in commands})
     (out / "sweeps.txt").write_text(
         "# the sweep command lines that produced this study's runs, as each run recorded it\n"
         + ("\n".join(lines) if lines else "# (not recorded: runs made before scalestudy recorded their command)") + "\n",
@@ -222,7 +245,7 @@ def _write_sites(out: Path, runs) -> None:
             shutil.copy2(source, folder / f"{site}.yaml")
 
 
-def _software(runs) -> dict[str, Any]:
+def _software(runs, with_accounts: bool) -> dict[str, Any]:
     def distinct(column: str) -> list:
         if column not in runs:
             return []
@@ -233,7 +256,7 @@ def _software(runs) -> dict[str, Any]:
         return seen
 
     return {"git_commit": distinct("git_commit"), "git_dirty": distinct("git_dirty"),
-            "orchestrator": distinct("environment"), "ranks": distinct("versions"),
+            "orchestrator": [_shareable_environment(e, with_accounts) for e in distinct("environment")], "ranks": distinct("versions"),
             "data_path_used": distinct("data_path_used")}
 
 
@@ -324,6 +347,16 @@ class Opened:
     study: str
     url: str
     manifest: dict[str, Any]
+
+    def sites(self) -> list[str]:
+        """The sites its runs' configs name: a re-run sweeps on one (``sweep`` takes its site from the
+        command line, not from each run's file)."""
+        found = set()
+        for path in sorted((self.folder / "conf" / "study").glob("run_*.yaml")):
+            site = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("site")
+            if site:
+                found.add(str(site))
+        return sorted(found)
 
 
 def open_artifact(folder: Path) -> Opened:

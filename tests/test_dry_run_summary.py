@@ -44,6 +44,25 @@ def test_a_study_of_ones_own_sweeps_only_what_it_sweeps(tmp_path):
     assert "epochs=10" not in given.stdout and "the command line sets every setting it has" in given.stdout
 
 
+def test_a_sweep_over_presets_takes_no_grid_from_the_default_preset(tmp_path):
+    """study=a,b (artifact rerun's study=glob(run_*)): Hydra builds the grid from the primary config,
+    which holds the default smoke preset; its nodes=1,2 x workers_per_node=1,2 belong to no job.
+    Two one-run presets make two runs, not eight."""
+    conf = tmp_path / "conf" / "study"
+    conf.mkdir(parents=True)
+    for name, nodes in (("mine_one", 1), ("mine_two", 2)):
+        (conf / f"{name}.yaml").write_text(f"# @package _global_\nnodes: {nodes}\nworkers_per_node: 1\n"
+                                           "threads_per_node: 1\nepochs: 1\n")
+    proc = scalestudy("sweep", "--config-dir", str(tmp_path / "conf"), "study=mine_one,mine_two", "study_name=both",
+                      "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _launched(proc.stdout) == 2, proc.stdout
+    assert "a sweep over presets (study=mine_one,mine_two): each job takes its own preset's settings" in proc.stdout
+    globbed = scalestudy("sweep", "--config-dir", str(tmp_path / "conf"), "study=glob(mine_*)", "study_name=both",
+                         "--dry-run", cwd=tmp_path)
+    assert globbed.returncode == 0 and _launched(globbed.stdout) == 2, globbed.stdout + globbed.stderr[-2000:]
+
+
 def test_a_real_sweeps_first_line_names_the_axes_its_preset_swept(tmp_path):
     args = ["nodes=1", "workload.kind=command", "workload.command=[echo,hi]", f"hydra.sweep.dir={tmp_path / 'mr'}"]
     proc = scalestudy("sweep", "study=smoke", "study_name=p", *args, cwd=tmp_path)

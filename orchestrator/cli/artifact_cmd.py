@@ -50,13 +50,14 @@ def pack(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
     from results_db import query
-    from results_db.artifact import ArtifactError
+    from results_db.artifact import ArtifactError, refuse_used_folder
     from results_db.artifact import pack as write
 
     out = Path(args.out or f"artifact-{args.study}")
     try:
         engine = open_for_reading(args.db)
         query.check_study(engine, args.study)
+        refuse_used_folder(out)
         print(f"packing study {args.study!r} into {out}/", file=sys.stderr)
         packed = write(engine, args.study, out, with_accounts=args.with_accounts, archive=args.archive,
                        report=not args.no_report)
@@ -111,11 +112,18 @@ def rerun(argv: Sequence[str]) -> int:
         opened = open_artifact(Path(args.folder))
     except ArtifactError as exc:
         return fail(str(exc))
+    overrides = list(args.overrides)
+    if not any(o.split("=", 1)[0].lstrip("+~") == "site" for o in overrides):
+        sites = opened.sites()
+        if len(sites) > 1:
+            return fail(f"the artifact's runs ran on sites {', '.join(sites)}: name the one to re-run them all on "
+                        "with site=NAME")
+        overrides += [f"site={s}" for s in sites]
     new = args.study_name or f"{opened.study}_rerun_{datetime.now(timezone.utc):%Y%m%d_%H%M%S}"
     url = resolve_db_url(args.db)
     env = dict(os.environ, **{DB_URL_ENV: url})
     cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str((opened.folder / "conf").absolute()),
-           "study=glob(run_*)", f"study_name={new}", *args.overrides]
+           "study=glob(run_*)", f"study_name={new}", *overrides]
     print(f"re-running study {opened.study!r} from {opened.folder} as study {new!r}", file=sys.stderr)
     code = subprocess.run(cmd, env=env).returncode
     if code not in (0, 1):   # 1: some runs failed, which the comparison says
@@ -201,4 +209,4 @@ def _run_ids(engine, study: str) -> list[int]:
 
     with engine.connect() as conn:
         return [int(i) for i in conn.execute(select(Run.id).join(Study, Run.study_id == Study.id)
-                                             .where(Study.name == study))]
+                                             .where(Study.name == study)).scalars()]

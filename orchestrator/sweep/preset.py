@@ -36,10 +36,24 @@ def given_keys(overrides: Sequence[str]) -> set[str]:
     return {override_key(o) for o in overrides}
 
 
+def _sweeps_presets(overrides: Sequence[str]) -> str:
+    """The swept value (``""`` where none) of ``study=a,b`` or ``study=glob(run_*)`` (``artifact rerun``): a sweep over presets. Hydra
+    builds the grid once, from the primary config, which holds the default preset, not any of the
+    swept ones: that grid belongs to no job, and each preset's own grid cannot apply per job."""
+    for line in overrides:
+        if override_key(line) == "study" and "=" in line:
+            value = line.split("=", 1)[1].strip()
+            if "," in value or value.startswith(("glob(", "choice(", "range(", "sort(", "shuffle(")):
+                return value
+    return ""
+
+
 def grid_applies(overrides: Sequence[str]) -> bool:
     """Whether the preset's grid (``hydra.sweeper.params``) is swept: not for a study of the
-    user's own (``study_name=`` given, ``study=`` not)."""
+    user's own (``study_name=`` given, ``study=`` not), nor for a sweep over presets."""
     keys = given_keys(overrides)
+    if _sweeps_presets(overrides):
+        return False
     return "study" in keys or "study_name" not in keys
 
 
@@ -98,6 +112,7 @@ class PresetUse:
     settings: dict[str, Any] = field(default_factory=dict)    # the preset's settings the command line left
     swept: dict[str, str] = field(default_factory=dict)       # the preset's grid axes that apply (not given)
     not_swept: dict[str, str] = field(default_factory=dict)   # its grid, not applied (a study of the user's own)
+    presets_swept: str = ""                                   # study=a,b / glob(...): each job its preset's
 
     def settings_text(self, most: int = 8) -> str:
         shown = [f"{k}={_shown(v)}" for k, v in self.settings.items()]
@@ -117,6 +132,9 @@ class PresetUse:
     def lines(self, study: str, grid: bool = True) -> list[str]:
         """What the dry run's summary says of the preset (and a real sweep once it has started;
         ``grid=False``: not the axes it swept, which the sweep's first line names)."""
+        if self.presets_swept:
+            return [f"study {study}: a sweep over presets (study={self.presets_swept}): each job takes its own "
+                    "preset's settings; no preset's grid is swept"]
         source = f"the {self.name} preset ({self.path})"
         settings = f"its settings apply where the command line sets none: {self.settings_text()}" \
             if self.settings else "the command line sets every setting it has"
@@ -154,6 +172,8 @@ def preset_use(config: DictConfig) -> PresetUse | None:
             raw = {}
     grid = {str(k): str(v) for k, v in ((raw.get("hydra") or {}).get("sweeper") or {}).get("params", {}).items()} \
         if isinstance(raw.get("hydra"), Mapping) else {}
+    if _sweeps_presets(overrides):
+        return PresetUse(name=str(name), path="", own_study=False, presets_swept=_sweeps_presets(overrides))
     own = not grid_applies(overrides)
     remaining = {k: v for k, v in grid.items() if not _is_given(k, given)}
     # a setting the grid sweeps is the grid's, where the grid applies

@@ -54,12 +54,16 @@ def _cpus() -> int | None:
 
 
 def sweep_command(argv: list[str] | None = None) -> str:
-    """The command line this sweep was started with, every database URL's password masked (an
-    artifact's ``sweeps.txt`` is read from it)."""
+    """The command line this sweep was started with, as its user typed it (``scalestudy sweep ...``:
+    the ``--multirun`` that ``sweep`` hands Hydra is its own), every database URL's password masked
+    (an artifact's ``sweeps.txt`` is read from it, and re-run by a reader)."""
     from results_db.store import safe_url
 
-    words = []
-    for word in (sys.argv if argv is None else argv):
+    given = list(sys.argv if argv is None else argv)[1:]
+    if given[:1] == ["--multirun"]:
+        given = given[1:]
+    words = ["scalestudy", "sweep"]
+    for word in given:
         if "://" in word:
             key, sep, value = word.rpartition("=") if "=" in word.split("://")[0] else ("", "", word)
             word = f"{key}{sep}{safe_url(value)}"

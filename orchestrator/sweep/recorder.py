@@ -443,13 +443,13 @@ class SweepRecorder:
     def _repeats_on_demand(self, study: str) -> None:
         """After a first stage (``repeats.first_stage`` set by the sweeper): the repeats each
         configuration still needs, as ``follow_ups`` (``repeats_on_demand``)."""
+        rule = self._repeat_rule()
+        if rule is None or not any(s.repeat < rule.first_stage for s in self.specs.values()):
+            return   # no rule, or this is the second phase itself (and no pandas for a plain sweep)
         from results_db import query
 
         from .repeats_on_demand import decide, follow_up_jobs, summary
 
-        rule = self._repeat_rule()
-        if rule is None or not any(s.repeat < rule.first_stage for s in self.specs.values()):
-            return   # no rule, or this is the second phase itself
         runs = query.runs(self.engine, study=study, where="status=done")
         column = rule.metric
         if column not in runs.columns:
