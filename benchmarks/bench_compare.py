@@ -17,17 +17,14 @@ import argparse
 import itertools
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_db_scale import template_run  # noqa: E402 - the same run folder as every database benchmark
+from bench_db_scale import template_run, time_commands, timing_lines  # noqa: E402 - the same run folder as every database benchmark
 
 COMMANDS = {
     "compare --baseline nodes=1": ["compare", "--study", "old", "--baseline", "nodes=1"],
@@ -81,25 +78,9 @@ def main() -> None:
     env = {**os.environ, "SCALESTUDY_DB_URL": url}
     trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
                                                            "after": str(REPO)}
-    times: dict[tuple[str, str], list[float]] = {(n, t): [] for n in COMMANDS for t in trees}
-    for _ in range(args.repeats):   # interleaved: A B A B, every command once per round and tree
-        for name, argv in COMMANDS.items():
-            for tree, path in trees.items():
-                t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
-                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
-                times[(name, tree)].append(time.perf_counter() - t0)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
+    times = time_commands(COMMANDS, trees, env, scratch, args.repeats)
     print(f"\nwall time as a user runs it (new process), median of {args.repeats} (min-max), {args.runs} runs a study:")
-    for name in COMMANDS:
-        xs = times[(name, "after")]
-        med = statistics.median(xs)
-        line = f"  scalestudy {name:40s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'ok' if med <= 2 else 'OVER'} <= 2 s"
-        if args.before:
-            old = times[(name, "before")]
-            ratio = statistics.median([a / b for a, b in zip(xs, old)])
-            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
+    for line in timing_lines(COMMANDS, times, limit_s=2.0, width=40):
         print(line)
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -115,6 +115,40 @@ def in_process(url: str, repeats: int) -> None:
         print(f"  {name:48s} {statistics.median(xs):.3f} s ({min(xs):.3f}-{max(xs):.3f}), {rows} rows")
 
 
+
+def time_commands(commands: dict[str, list[str]], trees: dict[str, str], env: dict[str, str], scratch: Path,
+                  repeats: int) -> dict[tuple[str, str], list[float]]:
+    """Each command's wall time as a user runs it (a new process), per source tree (``after``, and
+    ``before`` where given), interleaved A B A B: every command once per round and tree."""
+    times: dict[tuple[str, str], list[float]] = {(name, t): [] for name in commands for t in trees}
+    for _ in range(repeats):
+        for name, argv in commands.items():
+            for tree, path in trees.items():
+                t0 = time.perf_counter()
+                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
+                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
+                times[(name, tree)].append(time.perf_counter() - t0)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
+    return times
+
+
+def timing_lines(commands: dict[str, list[str]], times: dict[tuple[str, str], list[float]], limit_s: float,
+                 width: int) -> list[str]:
+    """One line a command: median (min-max) against ``limit_s``, and after/before where measured."""
+    lines = []
+    for name in commands:
+        xs = times[(name, "after")]
+        med = statistics.median(xs)
+        line = f"  scalestudy {name:{width}s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  " \
+               f"{'ok' if med <= limit_s else 'OVER'} <= {limit_s:g} s"
+        if (name, "before") in times:
+            old = times[(name, "before")]
+            ratio = statistics.median([a / b for a, b in zip(xs, old)])
+            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
+        lines.append(line)
+    return lines
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=100_000)
@@ -135,25 +169,9 @@ def main() -> None:
     env = {**os.environ, "SCALESTUDY_DB_URL": url}
     trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
                                                            "after": str(REPO)}
-    times: dict[tuple[str, str], list[float]] = {(name, t): [] for name in COMMANDS for t in trees}
-    for _ in range(args.repeats):   # interleaved: every command once per round (and tree)
-        for name, argv in COMMANDS.items():
-            for tree, path in trees.items():
-                t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
-                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
-                times[(name, tree)].append(time.perf_counter() - t0)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
+    times = time_commands(COMMANDS, trees, env, scratch, args.repeats)
     print(f"\nwall time of each command as a user runs it (new process), median of {args.repeats} (min-max):")
-    for name in COMMANDS:
-        xs = times[(name, "after")]
-        med = statistics.median(xs)
-        line = f"  scalestudy {name:42s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  {'✔' if med < 1 else '✘'} < 1 s"
-        if args.before:
-            old = times[(name, "before")]
-            ratio = statistics.median([a / b for a, b in zip(xs, old)])
-            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
+    for line in timing_lines(COMMANDS, times, limit_s=1.0, width=42):
         print(line)
     for what, code in (("python -c pass", "pass"), ("python -c 'import sqlalchemy, rich'", "import sqlalchemy, rich"),
                        ("python -c 'import pandas, sqlalchemy'", "import pandas, sqlalchemy")):

@@ -156,13 +156,10 @@ def _print_reproduction(table, original: str, new: str) -> None:
     from results_db import regression
 
     from ..terminal.output import render
-    from ..terminal.tables import cell, interval_cell
+    from ..terminal.tables import two_sets_shown
 
     keys = [c for c in table.columns if c not in (*regression.COLUMNS, "reproduction", "why")]
-    shown = table[keys].copy()
-    shown["original"] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
-    shown["re-run"] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
-    shown["re-run/original"] = [interval_cell(*v) for v in zip(table["change"], table["change_low"], table["change_high"])]
+    shown = two_sets_shown(table, "original", "re-run", "re-run/original", keys)
     shown["verdict"] = table["reproduction"]
     shown["why"] = table["why"]
     print(f"{new} against {original}, per configuration: {regression.legend(table, 'throughput')}", file=sys.stderr)

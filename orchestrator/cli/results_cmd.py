@@ -291,7 +291,7 @@ def compare_two_sets(args) -> int:
     from results_db import compare, query, regression
 
     from ..terminal.output import render
-    from ..terminal.tables import cell, interval_cell, percent_cell, registry_order
+    from ..terminal.tables import percent_cell, registry_order, two_sets_shown
 
     try:
         if not args.study:
@@ -311,10 +311,7 @@ def compare_two_sets(args) -> int:
         b_name = args.against or f"{args.study} where {' and '.join(args.against_where)}"
         if args.format == "table" and not args.out:
             keys = registry_order([c for c in table.columns if c not in (*regression.COLUMNS, "reproduction", "why")])
-            shown = table[keys].copy()
-            shown["A"] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
-            shown["B"] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
-            shown["B/A"] = [interval_cell(*v) for v in zip(table["change"], table["change_low"], table["change_high"])]
+            shown = two_sets_shown(table, "A", "B", "B/A", keys)
             shown["p"] = table["p_value"]
             shown["p adj."] = table["p_adjusted"]
             shown["g"] = table["effect"]

@@ -40,6 +40,17 @@ def interval_cell(point: Any, low: Any, high: Any) -> str:
     return f"{cell(point)} [{cell(low)}, {cell(high)}]"
 
 
+def two_sets_shown(table, a: str, b: str, ratio: str, keys: Sequence[str]):
+    """A two-set comparison (``regression.compare_sets``: ``compare --against``, ``artifact rerun``)
+    as the terminal shows it: the configuration's ``keys``, each side's mean with its repeats, and
+    the ratio with its interval."""
+    shown = table[list(keys)].copy()
+    shown[a] = [f"{cell(m)} ({n})" for m, n in zip(table["a_mean"], table["a_repeats"])]
+    shown[b] = [f"{cell(m)} ({n})" for m, n in zip(table["b_mean"], table["b_repeats"])]
+    shown[ratio] = [interval_cell(*v) for v in zip(table["change"], table["change_low"], table["change_high"])]
+    return shown
+
+
 def percent_cell(value: Any) -> str:
     """``±8.2 %``: a relative change (0.082) as the tables print it."""
     if value is None or (isinstance(value, float) and value != value):
