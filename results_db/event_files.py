@@ -61,6 +61,12 @@ def events_dir(engine: Engine) -> Path | None:
     configured = os.environ.get(EVENTS_DIR_ENV)
     if configured:
         return Path(configured).expanduser().resolve()
+    return beside_file(engine)
+
+
+def beside_file(engine: Engine) -> Path | None:
+    """``FILE.events`` beside a SQLite database file (None for any other database): where its event
+    files are when no ``$SCALESTUDY_EVENTS_DIR`` names a folder, and where an artifact carries them."""
     url = make_url(str(engine.url))
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
             or url.query.get("uri") or url.database.startswith("file:"):
@@ -132,6 +138,9 @@ def path_of(engine: Engine, run_id: int, name: str) -> Path:
         raise EventFileError(f"run {run_id}: its timeline is in {name}, in a folder of event files; this "
                              f"database has none: set {EVENTS_DIR_ENV} to the folder that holds {name}")
     path = folder / name
+    beside = beside_file(engine)
+    if not path.exists() and beside is not None and (beside / name).exists():
+        return beside / name   # a database that carries its own (an artifact, read with $SCALESTUDY_EVENTS_DIR set)
     if not path.exists():
         raise EventFileError(f"run {run_id}: its timeline file {path} is missing (moved without the "
                              f"database's events folder? set {EVENTS_DIR_ENV} to where it is)")

@@ -113,9 +113,17 @@ def test_bad_artifacts_are_one_line_and_nothing_is_written(packed, tmp_path):
     assert not (tmp_path / "y.db").exists() or query.runs(connect(f"sqlite:///{tmp_path / 'y.db'}")).empty
 
 
-def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path):
-    db = f"sqlite:///{tmp_path / 'team.db'}"
-    proc = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path)
+def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path, db_url, monkeypatch):
+    """Into a SQLite file and into a team's PostgreSQL (its timelines under $SCALESTUDY_EVENTS_DIR,
+    which a PostgreSQL database needs for them; without it the import refuses in one line)."""
+    db = db_url
+    env = None
+    if db.startswith("postgresql"):
+        refused = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path)
+        assert refused.returncode == 2 and "SCALESTUDY_EVENTS_DIR" in refused.stderr, refused.stderr
+        env = {"SCALESTUDY_EVENTS_DIR": str(tmp_path / "events")}
+        monkeypatch.setenv("SCALESTUDY_EVENTS_DIR", env["SCALESTUDY_EVENTS_DIR"])   # query.events below reads it
+    proc = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     team, art = connect(db), connect(f"sqlite:///{packed / 'art' / 'results.db'}")
     mine, theirs = query.runs(team, study="orig", attempts="all"), query.runs(art, study="orig", attempts="all")
@@ -123,7 +131,7 @@ def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path):
     assert sorted(mine["throughput"].dropna()) == sorted(theirs["throughput"].dropna())
     [tl] = [int(r) for r, t in zip(mine["run_id"], mine["timeline"]) if t]
     assert len(query.events(team, [tl])) > 0
-    again = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path)
+    again = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path, env=env)
     assert again.returncode == 2 and "already in" in again.stderr and len(again.stderr.strip().splitlines()) == 1
     assert len(query.runs(team, study="orig", attempts="all")) == len(mine)   # nothing written
 
