@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+import shlex
 import shutil
 import tarfile
 from dataclasses import dataclass
@@ -128,8 +128,16 @@ def _shareable_command(command: str, with_accounts: bool) -> str:
     command = scrub(command, _url_in(command))
     if with_accounts:
         return command
-    keys = "|".join(re.escape(k) for k in ACCOUNT_KEYS)
-    return re.sub(rf"(^|\s)([+~]{{0,2}}(?:{keys}))=\S*", r"\1\2=<left out>", command)
+    try:
+        words = shlex.split(command)   # recorded with shlex.join: a quoted value is one word
+    except ValueError:
+        words = command.split()
+
+    def shared(word: str) -> str:
+        key, sep, _ = word.partition("=")
+        return f"{key}=<left out>" if sep and key.lstrip("+~") in ACCOUNT_KEYS else word
+
+    return shlex.join(shared(w) for w in words)
 
 
 def _shareable_environment(environment, with_accounts: bool):

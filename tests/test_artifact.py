@@ -162,3 +162,15 @@ def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
     assert "1 reproduced, 1 slower" in proc.stdout
     html = (tmp_path / "reports" / "slurm_again" / "index.html").read_text()
     assert "the artifact" in html and "reproduced" in html
+
+
+def test_a_recorded_command_leaves_accounts_out_however_they_were_written():
+    """``account=``, ``+account=`` and a quoted value with a space: none survives in what an artifact
+    writes, unless the packer asked for accounts; every other word is kept as recorded."""
+    from results_db.artifact import _shareable_command
+
+    for given in ("scalestudy sweep nodes=1 account=secret_project", "scalestudy sweep nodes=1 +account=secret_project",
+                  "scalestudy sweep nodes=1 'account=secret project'"):
+        shared = _shareable_command(given, with_accounts=False)
+        assert "secret" not in shared and "account=<left out>" in shared and shared.startswith("scalestudy sweep nodes=1 ")
+        assert _shareable_command(given, with_accounts=True) == given
