@@ -55,6 +55,13 @@ def study_id(engine: Engine, study: str) -> int | None:
         return conn.execute(select(Study.id).where(Study.name == study)).scalar()
 
 
+def study_run_ids(engine: Engine, study: str) -> list[int]:
+    """Every run of ``study`` (every attempt), by id: what a copy of the study brings."""
+    with engine.connect() as conn:
+        return [int(i) for i in conn.execute(select(runs_table.c.id).join(Study, runs_table.c.study_id == Study.id)
+                                             .where(Study.name == study)).scalars()]
+
+
 def copy_study(source: Engine, study: str, target: Engine, keep_ids: bool = False,
                rewrite_run: Any = None) -> CopyReport:
     """Copy ``study`` from ``source`` into ``target`` (migrated to the same schema) in one

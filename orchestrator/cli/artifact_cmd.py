@@ -174,7 +174,7 @@ def import_(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     from results_db import connect, event_files
     from results_db.artifact import ArtifactError, copy_event_files, open_artifact
-    from results_db.study_copy import StudyCopyError, copy_study, study_id
+    from results_db.study_copy import StudyCopyError, copy_study, study_id, study_run_ids
 
     try:
         opened = open_artifact(Path(args.folder))
@@ -186,7 +186,7 @@ def import_(argv: Sequence[str]) -> int:
     if study_id(target, opened.study) is not None:
         return fail(f"study {opened.study!r} is already in {target.url.render_as_string(hide_password=True)}: its runs "
                     "would clash with the ones there (a run is its study and run_key); nothing was written")
-    if event_files.run_files(source, _run_ids(source, opened.study)) and event_files.events_dir(target) is None:
+    if event_files.run_files(source, study_run_ids(source, opened.study)) and event_files.events_dir(target) is None:
         return fail("the target database keeps no event files (PostgreSQL without $SCALESTUDY_EVENTS_DIR): set "
                     "SCALESTUDY_EVENTS_DIR to bring the artifact's timelines; nothing was written")
     try:
@@ -198,12 +198,3 @@ def import_(argv: Sequence[str]) -> int:
     print(f"imported study {opened.study!r}: {rows}, {copied.fits} model fit(s), {files} timeline file(s)")
     return 0
 
-
-def _run_ids(engine, study: str) -> list[int]:
-    from sqlalchemy import select
-
-    from results_db.schema import Run, Study
-
-    with engine.connect() as conn:
-        return [int(i) for i in conn.execute(select(Run.id).join(Study, Run.study_id == Study.id)
-                                             .where(Study.name == study)).scalars()]
