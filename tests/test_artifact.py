@@ -174,3 +174,23 @@ def test_a_recorded_command_leaves_accounts_out_however_they_were_written():
         shared = _shareable_command(given, with_accounts=False)
         assert "secret" not in shared and "account=<left out>" in shared and shared.startswith("scalestudy sweep nodes=1 ")
         assert _shareable_command(given, with_accounts=True) == given
+
+
+@pytest.mark.mpi
+def test_an_artifact_of_two_sites_is_rerun_on_one_named(tmp_path):
+    """A study swept on two sites: its re-run asks which, in one line, exit 2, no run recorded."""
+    if subprocess.run(["bash", str(REPO / "scripts" / "local-slurm-cluster.sh"), "status"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("the local Slurm cluster is not running (scripts/local-slurm-cluster.sh start)")
+    for site in ("local", "local_slurm"):
+        proc = scalestudy("sweep", "study_name=two", f"site={site}", "nodes=1", "workers_per_node=1",
+                          "workload.kind=command", "workload.command=[echo,hi]",
+                          f"hydra.sweep.dir={tmp_path / 'mr' / site}", cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    pack = scalestudy("artifact", "pack", "--study", "two", "--out", str(tmp_path / "a"), "--no-report", cwd=tmp_path)
+    assert pack.returncode == 0, pack.stderr[-2000:]
+    db = f"sqlite:///{tmp_path / 'again.db'}"
+    proc = scalestudy("artifact", "rerun", str(tmp_path / "a"), "--study-name", "again", "--db", db, cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "local, local_slurm" in lines[0], proc.stderr
+    assert not (tmp_path / "again.db").exists() or query.runs(connect(db)).empty
