@@ -8,7 +8,9 @@ Default studies: the hyperplane (``eager_sgd_paper_hyperplane_quarter``, time to
 >= 0.85). Per study, delay and mode: seconds to the target, mean over seeds with its 95 %
 t-interval (``confidence.mean_interval``) and how many seeds reached it; the speedup over sync in
 time to target, rounds/s and gradients/s, each with its log-ratio interval over seeds
-(``confidence.ratio_estimate``); and the final loss or top-1.
+(``confidence.ratio_estimate``); what an asynchronous round carried, on average (fresh, stale and
+null contributions of the ranks, from rank 0's record of the rounds: what explains an eager mode's
+accuracy); and the final loss or top-1.
 """
 
 from __future__ import annotations
@@ -42,6 +44,20 @@ def _ratio(mine: pd.Series, base: pd.Series) -> str:
     return f"{est.ratio:.2f} [{est.low:.2f}, {est.high:.2f}]" if not est.reason else f"{est.ratio:.2f} ({est.reason})"
 
 
+def _carried_per_round(engine, run_ids: list[int]):
+    """Per group of runs: the mean fresh / stale / null contributions of an asynchronous round."""
+    rounds = query.rounds(engine, run_ids)
+    if not rounds.empty:
+        rounds = rounds[~rounds["synchronous"].astype(bool)]
+
+    def of(ids: pd.Series) -> str:
+        here = rounds[rounds["run_id"].isin([int(i) for i in ids])] if not rounds.empty else rounds
+        if here.empty:
+            return "-"
+        return "/".join(f"{here[c].mean():.2f}" for c in ("fresh", "stale", "null"))
+    return of
+
+
 def study_table(engine, study: str, metric: str, target: float) -> pd.DataFrame:
     runs = query.runs(engine, study=study, where="status=done")
     if runs.empty:
@@ -51,6 +67,7 @@ def study_table(engine, study: str, metric: str, target: float) -> pd.DataFrame:
     runs = runs.assign(seconds=[reached["seconds"].get(int(i), math.nan) for i in runs["run_id"]],
                        mode=[m if a.startswith("eager") else "-" for a, m in zip(runs["algorithm"], runs["eager_catch_up"])])
     final = "final_loss" if metric == "loss" else "final_top1"
+    carried = _carried_per_round(engine, [int(i) for i in runs["run_id"]])
     rows = []
     delays = sorted(runs["imbalance_delay_ms"].dropna().unique())
     for delay in delays:
@@ -66,6 +83,7 @@ def study_table(engine, study: str, metric: str, target: float) -> pd.DataFrame:
                 if algorithm != "sync" else "1",
                 "gradients/s vs sync": _ratio(part["gradients_per_second"], base["gradients_per_second"])
                 if algorithm != "sync" else "1",
+                "a round: fresh/stale/null": carried(part["run_id"]) if algorithm != "sync" else "-",
                 final: f"{part[final].mean():.4g} ({part[final].min():.4g}-{part[final].max():.4g})"})
     return pd.DataFrame(rows)
 
