@@ -46,12 +46,11 @@ def _ratio(mine: pd.Series, base: pd.Series) -> str:
 
 def _carried_per_round(engine, run_ids: list[int]):
     """Per group of runs: the mean fresh / stale / null contributions of an asynchronous round."""
-    rounds = query.rounds(engine, run_ids)
-    if not rounds.empty:
-        rounds = rounds[~rounds["synchronous"].astype(bool)]
+    rounds = query.rounds(engine, run_ids)   # read_sql keeps the columns when no row comes back
+    rounds = rounds[~rounds["synchronous"].astype(bool)]
 
     def of(ids: pd.Series) -> str:
-        here = rounds[rounds["run_id"].isin([int(i) for i in ids])] if not rounds.empty else rounds
+        here = rounds[rounds["run_id"].isin([int(i) for i in ids])]
         if here.empty:
             return "-"
         return "/".join(f"{here[c].mean():.2f}" for c in ("fresh", "stale", "null"))
