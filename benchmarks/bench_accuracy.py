@@ -65,7 +65,7 @@ def main() -> None:
             spec = {"algorithm": algorithm, "model": "small_cnn", "dataset": "accuracy_data:noisy_images",
                     "batch_size": args.batch_size, "epochs": args.epochs, "seed": seed,
                     "lr": args.ps_lr if algorithm == "async_ps" else args.lr,
-                    # the parameter server applies stale gradients one by one: momentum 0 (tests/test_eager.py)
+                    # the parameter server applies stale gradients one by one: momentum 0 (tests/workloads/test_eager.py)
                     "momentum": 0.0 if algorithm == "async_ps" else args.momentum,
                     "sync_every": args.sync_every, "imbalance_kind": "injected", "imbalance_ranks": 1,
                     "imbalance_delay_ms": args.delay_ms}

@@ -58,7 +58,7 @@ from workloads.spec import RunSpec  # noqa: E402
 TOLERANCE = 0.10         # of the CPU run's loss drop over the steps
 EAGER_TOLERANCE = 0.50
 # |w_R - w_1| / |w_1 - w_init| below which R ranks agree with one process on the global batch.
-# CPU: the same arithmetic on another batch split, about 1e-6 (tests/test_gpu_check.py). CUDA:
+# CPU: the same arithmetic on another batch split, about 1e-6 (tests/orchestrator/test_gpu_check.py). CUDA:
 # cuDNN picks other algorithms for other batch sizes and convolutions run in TF32 by default
 # (10-bit mantissa): differences of order 1e-3 of a step; a sum that misses one of two ranks is
 # of order 0.5 (the control prints its value).

@@ -21,7 +21,7 @@ lockstep gives 0.68); a persistent straggler (``fixed``) costs catch-up nothing.
 majority's initiator and the synchronous rounds, draws its delays vectorised rather than
 through ``DelayInjector`` (an expectation, not a replay), and returns a rank's mean recorded
 step. ``solo_round_rate`` stays as the replay of a run's own draws, and as the independent
-check of ``eager_steps`` (tests/test_eager_rounds.py).
+check of ``eager_steps`` (tests/perf_model/test_eager_rounds.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ interval of one configuration's mean or median, and the verdict between two sets
 
 A study has few repeats per configuration (3-5 is usual on a supercomputer), so each method here
 is one whose coverage holds at those counts, and each was checked by simulation for it
-(``tests/test_confidence_coverage.py``; the numbers are in docs/how-to/compare.md):
+(``tests/results_db/test_confidence_coverage.py``; the numbers are in docs/how-to/compare.md):
 
 - **A ratio of means** (speedup, efficiency, B/A): a t-interval on the log of the ratio, its
   standard error by the delta method, ``sqrt(s_x^2/(n_x m_x^2) + s_y^2/(n_y m_y^2))``, with
@@ -47,7 +47,7 @@ NO_VARIATION = "no variation"
 
 
 # what each method assumes and how it was checked, in the words the report prints (docs/how-to/compare.md
-# holds the full table; the figures come from tests/test_confidence_coverage.py's simulation)
+# holds the full table; the figures come from tests/results_db/test_confidence_coverage.py's simulation)
 CHECKED = ("The ratio's interval assumes each side's mean is roughly normal; simulated, a nominal 95 % covered "
            "95-97 % at 3-10 repeats under normal and skewed noise and 96-98 % with 1 run in 10 slowed 30 %, "
            "where the percentile bootstrap it replaced covered 81 % at 3. The detectable change is Welch's power as "

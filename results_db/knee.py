@@ -8,7 +8,7 @@ only while every larger one was below. The knee is the smallest size so reached.
 holds the chance of any false "below" among the sizes it names at 1 - LEVEL, without dividing
 the level among them (which "the first size whose bound is below", read from the small end,
 does not: each size it passes is another 5 % chance to stop too early). Checked by simulation
-in ``tests/test_confidence_coverage.py``, against that rule as a control.
+in ``tests/results_db/test_confidence_coverage.py``, against that rule as a control.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def head_revision() -> str:
     return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
 
-# The newest revision in migrations/versions/ (tests/test_migrations.py checks it is Alembic's head):
+# The newest revision in migrations/versions/ (tests/results_db/test_migrations.py checks it is Alembic's head):
 # a database already there is opened without importing Alembic at all.
 HEAD = "0018"
 

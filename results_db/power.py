@@ -13,7 +13,7 @@ degrees of freedom are often fewer than the pooled test's); it is what this give
 The noise (each side's coefficient of variation) is the repeats' own estimate: with 3 repeats it is
 itself uncertain by about half, and so is the detectable change. It answers "could these repeats
 have seen a 5 % change?", not "is there one". Checked against simulated repeats in
-``tests/test_confidence_coverage.py``.
+``tests/results_db/test_confidence_coverage.py``.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def detectable_change(cv_a: float, cv_b: float, n_a: int, n_b: int, alpha: float
     """The smallest relative gain (0.08: +8 %) the test finds with probability ``target``; NaN
     without two repeats a side or any noise estimate. The shift in standard errors is solved at 21
     shares of the variance between the sides and interpolated (within 0.2 % of a direct solve,
-    ``tests/test_confidence.py``): a comparison of hundreds of configurations solves it a few
+    ``tests/results_db/test_confidence.py``): a comparison of hundreds of configurations solves it a few
     dozen times, not once a row."""
     if n_a < 2 or n_b < 2 or not (cv_a == cv_a and cv_b == cv_b) or (cv_a == 0 and cv_b == 0):
         return math.nan

@@ -312,7 +312,7 @@ def aggregate_rows(engine: Engine, group_by: Sequence[str], metrics: dict[str, S
     """``compare.aggregate`` as plain rows: the runs selected, grouped, aggregated. Grouped by
     the database (GROUP BY) when every axis is a typed column and every metric a numeric one,
     so that 100,000 runs are not read into Python; else (free parameters, JSON filters,
-    median) by ``group_rows``. The two agree (``tests/test_run_rows.py``)."""
+    median) by ``group_rows``. The two agree (``tests/results_db/test_run_rows.py``)."""
     metrics = metrics or {"throughput": ("count", "mean", "std")}
     if not group_by:
         raise AggregateError("give the axes to group by, e.g. --group-by nodes,algorithm")

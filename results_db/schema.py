@@ -3,7 +3,7 @@
 Every field of a run (``workloads.spec.FIELDS``) has its own column on ``runs``, so
 that figures and comparisons are plain SQL over typed columns; the full resolved spec
 is kept beside them as JSON. Migrations are frozen copies of these shapes;
-``tests/test_axis_registry.py`` checks that a migrated database matches them.
+``tests/orchestrator/test_axis_registry.py`` checks that a migrated database matches them.
 """
 
 from __future__ import annotations

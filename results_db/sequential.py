@@ -4,7 +4,7 @@ asked, decided so that the interval keeps its coverage.
 The obvious rule (add a repeat, recompute the interval, stop once its half-width is below the
 target) stops early exactly when the repeats so far happen to agree more than the noise warrants,
 and its intervals then cover less than they say (about 90 % for a nominal 95 % at a ±3 % target
-and 5 % noise: ``tests/test_confidence_coverage.py``). Stein's two-stage rule (Stein 1945) does
+and 5 % noise: ``tests/results_db/test_confidence_coverage.py``). Stein's two-stage rule (Stein 1945) does
 not: a first stage of n0 repeats (the sweep's ``repeat=`` values) gives the variance s0^2, the
 total is
 

@@ -8,7 +8,7 @@ own included, except those under ``if TYPE_CHECKING:`` (annotations only, never 
 The layers (ARCHITECTURE.md): ``workloads`` imports neither ``results_db``, ``perf_model`` nor
 ``orchestrator``; ``results_db`` and ``perf_model`` never import ``orchestrator``; within it,
 ``orchestrator.pools`` never imports ``orchestrator.sweep``.
-``tests/test_code_shape.py`` holds the project to zero cycles, zero private imports and the
+``tests/project/test_code_shape.py`` holds the project to zero cycles, zero private imports and the
 layers.
 """
 

@@ -23,6 +23,8 @@ case "${1:-start}" in
     for _ in $(seq 1 30); do su postgres -c "pg_isready -q -p $port" && break; sleep 0.5; done
     su postgres -c "psql -q -p $port -tAc \"SELECT 1 FROM pg_roles WHERE rolname='$ROLE'\"" | grep -q 1 \
       || su postgres -c "psql -q -p $port -c \"CREATE ROLE $ROLE LOGIN PASSWORD '$PASSWORD'\"" >&2
+    # CREATEDB: each pytest-xdist worker of scripts/test.sh gets a database of its own (tests/conftest.py)
+    su postgres -c "psql -q -p $port -c \"ALTER ROLE $ROLE CREATEDB\"" >&2
     su postgres -c "psql -q -p $port -tAc \"SELECT 1 FROM pg_database WHERE datname='$DB'\"" | grep -q 1 \
       || su postgres -c "createdb -p $port -O $ROLE $DB" >&2
     log "up: cluster $version/$cluster on port $port"

@@ -8,8 +8,9 @@
 # stand-ins packed, encryption, node loss, run placement, the interchange tied to the driver's
 # life, the version check); the Hydra suites whole, and local sweeps through Hydra's
 # resolver, its run_job and its errors (~1.5 min). A test that fails is run
-# once more on its own: it fails the run only if it fails again (reported either way), so one
-# flaky test does not decide a landing.
+# once more on its own (scripts/pytest_retry.py): it fails the run only if it fails again
+# (reported either way), so one flaky test does not decide a landing. scripts/test.sh runs both
+# beside the whole suite when SCALESTUDY_FLOOR_SUITES=1 (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}
@@ -17,33 +18,25 @@ ENV=${2:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}
 shift 2
 case "$KIND" in
   parsl) TESTS=(
-      tests/test_placement.py tests/test_interchange.py tests/test_versions.py
-      "tests/test_parsl_security.py::test_only_worker_pools_with_the_sweeps_keys_can_register"
-      "tests/test_slurm.py::test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes"
-      "tests/test_fake_schedulers.py::test_packed_sweep_through_scheduler_stand_in"
+      tests/orchestrator/test_placement.py tests/orchestrator/test_interchange.py tests/orchestrator/test_versions.py
+      "tests/orchestrator/test_parsl_security.py::test_only_worker_pools_with_the_sweeps_keys_can_register"
+      "tests/end_to_end/test_slurm.py::test_packed_sweep_runs_in_one_slurm_job_on_disjoint_nodes"
+      "tests/end_to_end/test_fake_schedulers.py::test_packed_sweep_through_scheduler_stand_in"
       "tests/reliability/test_node_lost.py::test_a_run_whose_node_goes_down_is_retried_on_a_new_allocation"
     ) ;;
   hydra) TESTS=(
-      tests/test_sweep_compose.py tests/test_sweeper.py tests/test_launcher_conformance.py tests/test_versions.py
-      "tests/test_cli_sweep.py::test_a_run_folder_named_through_hydras_resolver"
-      "tests/test_cli_sweep.py::test_local_runs_planned_whole_skip_hydras_run_job"
-      "tests/test_cli_sweep.py::test_bad_input_is_one_line_and_submits_nothing"
+      tests/orchestrator/test_sweep_compose.py tests/orchestrator/test_sweeper.py tests/orchestrator/test_launcher_conformance.py tests/orchestrator/test_versions.py
+      "tests/orchestrator/test_cli_sweep.py::test_a_run_folder_named_through_hydras_resolver"
+      "tests/orchestrator/test_cli_sweep.py::test_local_runs_planned_whole_skip_hydras_run_job"
+      "tests/orchestrator/test_cli_sweep.py::test_bad_input_is_one_line_and_submits_nothing"
     ) ;;
   *) echo "test-version-ranges: parsl or hydra, not $KIND" >&2; exit 2 ;;
 esac
 PY="$ENV/bin/python"
 "$PY" -c "import parsl, hydra, omegaconf; print('test-version-ranges: $KIND suites on parsl', parsl.__version__, \
 'hydra-core', hydra.__version__, 'omegaconf', omegaconf.__version__)"
-cache=$(mktemp -d)
-trap 'rm -rf "$cache"' EXIT
 start=$(date +%s)
 rc=0
-"$PY" -m pytest -ra -o cache_dir="$cache" "${TESTS[@]}" "$@" || rc=$?
-if [ "$rc" -eq 1 ]; then   # tests failed (not an error of pytest itself): each once more
-  echo "test-version-ranges: running the failed tests once more"
-  rc=0
-  "$PY" -m pytest -ra -o cache_dir="$cache" --last-failed --last-failed-no-failures none "${TESTS[@]}" "$@" || rc=$?
-  [ "$rc" -eq 0 ] && echo "test-version-ranges: WARNING: passed on the second try (flaky: see the first run above)"
-fi
+"$PY" scripts/pytest_retry.py -ra "${TESTS[@]}" "$@" || rc=$?
 echo "test-version-ranges: $KIND suites on $ENV: exit $rc in $(( $(date +%s) - start )) s"
 exit "$rc"

@@ -1,21 +1,70 @@
 #!/usr/bin/env bash
-# Install into .venv if needed, then run the whole test suite (extra args go to pytest).
-# A test that fails is run once more at the end: one that then passes is reported as flaky
-# (a WARNING naming it, above the second run) and does not fail the suite on its own; one that
-# fails twice does. CI's landing must not hang on one flaky test, nor hide a failing one.
+# The tests, in two lanes (extra arguments go to pytest):
+#   bash scripts/test.sh          the whole suite (the README's command; CI runs it), as lanes side
+#                                 by side: the tests that hold a shared service alone (-m serial: the
+#                                 Slurm cluster's, a PostgreSQL restart) one after another, and every other
+#                                 test in SCALESTUDY_TEST_WORKERS worker processes (pytest-xdist,
+#                                 default 3: most tests wait on MPI jobs and Parsl, not on the 2
+#                                 cores), a module to a worker so that a sweep its tests share is
+#                                 built once; tests/conftest.py gives each worker a PostgreSQL
+#                                 database of its own and the Slurm cluster to one test at a time
+#   bash scripts/test.sh --fast   the fast lane, a few minutes: every module imported, the parsers,
+#                                 config validation and bad-input refusals, the statistics'
+#                                 simulations at reduced trials; no MPI job, sweep or Slurm
+# Either way a test that fails is run once more at the end of its lane, alone
+# (scripts/pytest_retry.py): one that then passes is reported as flaky and does not fail the run;
+# one that fails twice does.
+# With SCALESTUDY_FLOOR_SUITES=1 (.ci/run sets it) the suites that touch Parsl and Hydra also run
+# on the floors of their ranges, beside the rest (scripts/test-version-ranges.sh: mostly waiting
+# on Slurm and Parsl). The lanes that run beside the main one print their logs after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lane=full
+if [ "${1:-}" = "--fast" ]; then lane=fast; shift; fi
 bash scripts/setup-env.sh
-cache=$(mktemp -d)
-trap 'rm -rf "$cache"' EXIT
-rc=0
-.venv/bin/python -m pytest -ra -o cache_dir="$cache" "$@" || rc=$?
-if [ "$rc" -eq 1 ]; then   # tests failed (not an error of pytest itself): each once more
-  echo "test.sh: running the failed tests once more:"
-  .venv/bin/python -c "import json, sys; print('\n'.join('  ' + t for t in json.load(open(sys.argv[1]))))" \
-    "$cache/v/cache/lastfailed" || true
+start=$(date +%s)
+if [ "$lane" = fast ]; then
+  export SCALESTUDY_FAST_LANE=1   # the statistics' simulations at a quarter of their trials
   rc=0
-  .venv/bin/python -m pytest -ra -o cache_dir="$cache" --last-failed --last-failed-no-failures none "$@" || rc=$?
-  [ "$rc" -eq 0 ] && echo "test.sh: WARNING: the tests above failed once and passed on the second try (flaky)"
+  SCALESTUDY_TEST_LANE=fast .venv/bin/python scripts/pytest_retry.py -ra -q -n "${SCALESTUDY_TEST_WORKERS:-2}" --dist loadfile \
+    -m "not (mpi or slurm or serial or slow or sweep)" "$@" || rc=$?
+  echo "test.sh: fast lane: exit $rc in $(( $(date +%s) - start )) s"
+  exit "$rc"
 fi
+names=()
+pids=()
+logs=()
+beside() {   # NAME COMMAND...: a lane run beside the main one, its output kept for later
+  local log
+  log=$(mktemp)
+  names+=("$1")
+  logs+=("$log")
+  shift
+  "$@" > "$log" 2>&1 &
+  pids+=($!)
+}
+beside "the serial lane (the Slurm cluster's tests, the PostgreSQL restart)" \
+  env SCALESTUDY_TEST_LANE=serial .venv/bin/python scripts/pytest_retry.py -ra -m serial "$@"
+if [ "${SCALESTUDY_FLOOR_SUITES:-}" = 1 ]; then
+  beside "the Parsl floor suite" env SCALESTUDY_TEST_LANE=parsl_floor bash scripts/test-version-ranges.sh parsl .venv-parsl-floor
+  beside "the Hydra floor suite" env SCALESTUDY_TEST_LANE=hydra_floor bash scripts/test-version-ranges.sh hydra .venv-hydra-floor
+fi
+workers=${SCALESTUDY_TEST_WORKERS:-3}
+rc=0
+SCALESTUDY_TEST_LANE=main .venv/bin/python scripts/pytest_retry.py -ra -n "$workers" --dist loadfile --durations=20 \
+  -m "not serial" "$@" || rc=$?
+[ "$rc" -eq 5 ] && rc=0   # none selected here (the arguments named only serial tests)
+echo "test.sh: the whole suite but the serial lane: exit $rc in $(( $(date +%s) - start )) s ($workers workers)"
+summary=()
+for i in "${!pids[@]}"; do
+  lrc=0
+  wait "${pids[$i]}" || lrc=$?
+  [ "$lrc" -eq 5 ] && lrc=0   # none selected in this lane
+  echo; echo "test.sh: ${names[$i]}, run beside it:"
+  cat "${logs[$i]}"
+  rm -f "${logs[$i]}"
+  summary+=("${names[$i]}: exit $lrc")
+  [ "$lrc" -eq 0 ] || rc=1
+done
+echo "test.sh: $(IFS=';'; echo "${summary[*]}"); all lanes done in $(( $(date +%s) - start )) s: exit $rc"
 exit "$rc"

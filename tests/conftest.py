@@ -92,6 +92,60 @@ def overlapping_runs(runs: dict[str, tuple[tuple[float, float], set[str]]]) -> l
     return pairs
 
 
+SLURM_SCRIPT = REPO / "scripts" / "local-slurm-cluster.sh"
+# One test at a time uses the local Slurm cluster, whatever process it runs in: the suite's
+# workers (scripts/test.sh runs it under pytest-xdist, a module to a worker) and the floor suites
+# that CI runs beside it all take this lock. A test's assertions about its own jobs (which nodes,
+# how many, cancelled or not) and the test that sets a node DOWN must not meet another test's jobs.
+SLURM_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "scalestudy-tests-slurm.lock"
+
+
+@pytest.fixture(scope="session")
+def _slurm_started() -> None:
+    if subprocess.run(["bash", str(SLURM_SCRIPT), "status"], capture_output=True).returncode == 0:
+        return
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root to run munged and the Slurm daemons")
+    proc = subprocess.run(["bash", str(SLURM_SCRIPT), "start"], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        import shutil
+
+        if shutil.which("slurmctld") is None:
+            pytest.skip(f"Slurm could not be installed here: {proc.stderr.strip()[-300:]}")
+        pytest.fail(f"Slurm is installed but the cluster did not start: {proc.stderr[-2000:]}")
+
+
+@pytest.fixture
+def slurm_cluster(_slurm_started):
+    """The local 4-node Slurm cluster (started when it is not running, or the test skips),
+    held by this test alone while it runs."""
+    import fcntl
+
+    with open(SLURM_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)   # before ``-m`` selects by marker
+def pytest_collection_modifyitems(config, items):
+    """A test that asks for ``slurm_cluster`` is marked ``slurm``, and every ``slurm`` test
+    ``serial``: ``-m serial`` selects the tests that hold a shared service alone, which
+    scripts/test.sh runs one after another in a lane of their own."""
+    for item in items:
+        if "slurm_cluster" in item.fixturenames and item.get_closest_marker("slurm") is None:
+            item.add_marker(pytest.mark.slurm)
+        if item.get_closest_marker("slurm") is not None and item.get_closest_marker("serial") is None:
+            item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(autouse=True)
+def _services_of_marked_tests(request):
+    """``@pytest.mark.slurm`` (on a test or on one of its parameters) brings ``slurm_cluster``."""
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("slurm_cluster")
+    yield
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
     """One real 2-rank run of the workload, shared by the tests that read its files."""
@@ -113,19 +167,47 @@ def _postgres_url() -> str | None:
     return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
 
 
+def _worker_database(url: str, worker: str) -> str:
+    """The test database of one pytest process (``<database>_<worker>``, created when missing):
+    tests empty their database as they start (``_fresh_postgres``), so two processes that run at
+    once (pytest-xdist's workers, the lanes of scripts/test.sh) must never share one. Needs
+    CREATEDB, which scripts/local-postgres.sh gives its role."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    engine = create_engine(base, isolation_level="AUTOCOMMIT")   # CREATE DATABASE runs outside a transaction
+    try:
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is None:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     url = _postgres_url()
     if not url:
         pytest.skip("no PostgreSQL server: set SCALESTUDY_TEST_PG_URL or run scripts/local-postgres.sh start as root")
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from sqlalchemy.exc import ArgumentError, DBAPIError
 
     try:
         make_url(url)
     except ArgumentError:
         # one clear failure instead of two dozen set-up errors (the URL is a test-only one, masked all the same)
         pytest.fail(f"SCALESTUDY_TEST_PG_URL is not a single SQLAlchemy URL: {url.splitlines()[0][:60]!r}…", pytrace=False)
+    # scripts/test.sh names its lanes; pytest-xdist its workers
+    worker = "_".join(filter(None, (os.environ.get("SCALESTUDY_TEST_LANE"), os.environ.get("PYTEST_XDIST_WORKER"))))
+    if worker:
+        try:
+            return _worker_database(url, worker)
+        except DBAPIError as exc:
+            pytest.fail(f"a test database for worker {worker} could not be created (the role needs CREATEDB, as "
+                        f"scripts/local-postgres.sh gives it): {str(exc.orig).strip()[:200]}", pytrace=False)
     return url
 
 

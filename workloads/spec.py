@@ -5,7 +5,7 @@ default and its ``axis`` metadata: where it sits in the Hydra config, whether it
 part of the run's identity (``run_key``), whether two runs that differ in it are
 different configurations (``compare``, figures), its label, its help text. The
 Hydra schema, ``run_key``, the ``runs`` table's columns, ``query``, ``compare``, the
-figures and the tables all derive from ``FIELDS`` (``tests/test_axis_registry.py``
+figures and the tables all derive from ``FIELDS`` (``tests/orchestrator/test_axis_registry.py``
 fails when one of them does not).
 
 The orchestrator builds and validates the spec from Hydra's config; the workload only

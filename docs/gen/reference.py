@@ -3,11 +3,11 @@
 from its own argparse parser (its ``--help``), the site-file schema from ``SiteConfig`` and the
 commented template, the results columns from ``query --list-columns``. Nothing here is typed
 twice: rename an option and the reference follows, and a page that links to the old name fails
-the strict build (tests/test_docs.py).
+the strict build (tests/project/test_docs.py).
 
 The reference pages and the benchmarks page (``REFERENCE``) are committed under ``docs/``, so
 that the links to them work where the Markdown is read (a clone, the repository's web view), not
-only in the built site: ``python docs/gen/reference.py`` rewrites them, and tests/test_docs.py
+only in the built site: ``python docs/gen/reference.py`` rewrites them, and tests/project/test_docs.py
 fails when one is not what this writes (the benchmarks page: after an edit of
 ``benchmarks/RESULTS.md``'s current figures). Nothing is written at build time: the site is
 built from the committed pages alone."""
@@ -198,7 +198,7 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-# committed under docs/ (readable where the Markdown is hosted), checked by tests/test_docs.py
+# committed under docs/ (readable where the Markdown is hosted), checked by tests/project/test_docs.py
 REFERENCE = {"reference/sweep-keys.md": sweep_keys, "reference/commands.md": cli,
              "reference/site-files.md": site_schema, "reference/columns.md": columns,
              "benchmarks.md": benchmarks}

@@ -16,7 +16,7 @@ from ..site.config import SiteConfig
 
 def local_mpiexec_prefix(nodes: int, ranks_per_node: int, launcher_options: str = "") -> str:
     """What Parsl's ``compose_mpiexec_launch_cmd`` gives for ``nodes`` x ``localhost``
-    (``tests/test_sites.py`` checks the two agree)."""
+    (``tests/orchestrator/test_sites.py`` checks the two agree)."""
     words = ["mpiexec", "-n", str(nodes * ranks_per_node), "-ppn", str(ranks_per_node), "-hosts",
              ",".join(["localhost"] * nodes), launcher_options]
     return " ".join(words).strip()

@@ -17,7 +17,7 @@ Only Hydra's public parts: the ``ConfigLoader`` interface the launcher is handed
 OmegaConf. Anything else in a job's overrides — a Hydra override, a package override
 (``group@pkg=``), a deletion (``~key``), a list extension, ``+key`` on a key that exists, a
 value that does not apply, a parse error — takes Hydra's own path, and its error is Hydra's.
-``tests/test_sweep_compose.py`` checks every job's config equals Hydra's full composition, on
+``tests/orchestrator/test_sweep_compose.py`` checks every job's config equals Hydra's full composition, on
 the Hydra floor and the newest 1.3 release CI runs.
 """
 

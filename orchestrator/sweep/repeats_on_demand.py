@@ -8,7 +8,7 @@ runs the missing ones (``repeat=3,4,...``), admitted, recorded and shown like an
 depends on the first stage alone, so a sweep started again decides the same and runs only what is
 missing: resumable like any sweep. Each run's config records ``repeats.first_stage``, which tells
 ``compare`` to take the configuration's variance from the first stage (the interval then keeps its
-coverage, ``tests/test_confidence_coverage.py``).
+coverage, ``tests/results_db/test_confidence_coverage.py``).
 """
 
 from __future__ import annotations

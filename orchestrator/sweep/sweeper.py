@@ -10,7 +10,7 @@ line's, ``max_batch_size``, ``multirun.yaml`` in the sweep folder, a failed job 
 its batch — and skips only that check, and only for the Parsl launcher. Its parts are the
 ones Hydra's plugin documentation and its own sweeper plugins use: ``Sweeper``,
 ``Plugins.instantiate_launcher``, ``OverridesParser`` and the ``Override`` methods for sweeps.
-``tests/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
+``tests/orchestrator/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
 A study of the user's own (``study_name=`` given, ``study=`` not) takes no grid from the default
 preset: its ``hydra.sweeper.params`` are left out, and it sweeps what the command line sweeps
 (``preset``). With ``repeats.until`` it runs a second phase of the jobs the launcher's observer asks for once

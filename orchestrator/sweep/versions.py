@@ -13,7 +13,7 @@ names the tested range; raising the ceiling is a matter of running those suites 
 release and changing the one line in ``pyproject.toml`` (docs/reference/development.md, "Supported Parsl and Hydra
 releases").
 
-Supported today (docs/reference/development.md, "Supported Parsl and Hydra releases"; ``tests/test_versions.py`` checks
+Supported today (docs/reference/development.md, "Supported Parsl and Hydra releases"; ``tests/orchestrator/test_versions.py`` checks
 that the page says what ``pyproject.toml`` does):
 
 - Parsl 2024.12.9 to 2026.10.26. The floor is the oldest release the Parsl-facing suites pass

@@ -124,6 +124,7 @@ def seeded(tmp_path, finished_run):
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
+@pytest.mark.sweep
 def test_damaged_results_are_one_line_and_touch_nothing_else(tmp_path, finished_run, seeded, kind):
     damage, status, words = DAMAGE[kind]
     folder = _copy(finished_run, tmp_path / kind, seed=200)

@@ -41,6 +41,7 @@ def _counts(url: str) -> dict[str, int]:
     return dict(rows)
 
 
+@pytest.mark.serial   # it stops the PostgreSQL server every other test's database lives on
 def test_postgres_restarted_mid_sweep_loses_nothing(tmp_path, postgres_url):
     if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
         pytest.skip("stopping and starting PostgreSQL needs root")
@@ -49,10 +50,11 @@ def test_postgres_restarted_mid_sweep_loses_nothing(tmp_path, postgres_url):
     proc = subprocess.Popen(args, cwd=tmp_path, env=env_with_bin({"SCALESTUDY_DB_URL": postgres_url}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        # generous ceilings: they only matter if the event never happens
+        deadline = time.monotonic() + 300
         while not (tmp_path / "mr" / "0" / "command.txt").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        subprocess.run(["bash", str(PG), "stop"], check=True, capture_output=True, timeout=60)
+        subprocess.run(["bash", str(PG), "stop"], check=True, capture_output=True, timeout=120)
         time.sleep(8)          # runs 0 and 1 end while the server is down
     finally:
         subprocess.run(["bash", str(PG), "start"], check=True, capture_output=True, timeout=120)

@@ -273,7 +273,7 @@ class BackgroundAllreduce:
         runs its cycles is its own affair. A group's collective may wait for a local stage
         (a copy to the host, the producing stream): the data path issues collectives in the
         order they were started, never in the order those stages end
-        (``data_path._Queued``; tests/test_collective_order.py)."""
+        (``data_path._Queued``; tests/workloads/test_collective_order.py)."""
         c.in_flight = [r for r in c.in_flight if not self._finish(st, r, wait=backward_done)]
         if c.negotiation is None:
             c.negotiation = self._negotiate(local)

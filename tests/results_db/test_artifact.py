@@ -1,0 +1,194 @@
+"""A study as an artifact (``scalestudy artifact``): packed into a folder that every reading command
+opens as a database, checked, imported into another database without loss, and re-run end to end
+on the local Slurm cluster with the comparison saying "reproduced" for an unchanged configuration
+and "slower" for one deliberately slowed; bad input one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from sqlalchemy import func, select
+
+from results_db import connect, query
+from results_db.schema import Eval, Run, Step
+from results_db.study_copy import run_tables
+
+from conftest import REPO, scalestudy
+
+# a command workload whose rate is 100 (x 0.7 when a marker file for its node count exists), with
+# 1 % noise: the re-run can be slowed for one configuration without changing any configuration
+PROGRAM = ("import json, os, random; s = json.load(open('spec.json')); "
+           "slow = os.path.exists('{marker}-%d' % s['nodes']); "
+           "print('rate: %.4f' % (100 * (0.7 if slow else 1.0) * (1 + 0.01 * random.gauss(0, 1))))")
+
+
+def _sweep(tmp_path, study: str, *extra: str, site: str = "local"):
+    marker = tmp_path / "slow"
+    proc = scalestudy("sweep", f"study_name={study}", f"site={site}", "nodes=1,2", "workers_per_node=1",
+                      "repeat=0,1,2", "workload.kind=command",
+                      f"workload.command=[python3,-c,\"{PROGRAM.format(marker=marker)}\"]",
+                      "+workload.metrics.throughput.pattern='rate: ([0-9.]+)'", *extra,
+                      f"hydra.sweep.dir={tmp_path / 'mr' / study}", cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return marker
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """One local study of 6 runs (one with a timeline of the built-in loop), packed."""
+    tmp = tmp_path_factory.mktemp("art")
+    _sweep(tmp, "orig")
+    tl = scalestudy("sweep", "study_name=orig", "nodes=1", "workers_per_node=2", "epochs=1", "steps_per_epoch=3",
+                    "timeline=true", "account=secret_project", f"hydra.sweep.dir={tmp / 'mr' / 'tl'}", cwd=tmp)
+    assert tl.returncode == 0, tl.stderr[-3000:]
+    proc = scalestudy("artifact", "pack", "--study", "orig", "--out", str(tmp / "art"), "--archive", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp
+
+
+@pytest.mark.sweep
+def test_the_artifact_is_a_database_every_reading_command_opens(packed):
+    art = packed / "art"
+    for name in ("results.db", "manifest.json", "README.md", "sweeps.txt", "software.json", "machine.json",
+                 "site/local.yaml", "report/index.html"):
+        assert (art / name).is_file(), name
+    assert (packed / "art.tar.gz").stat().st_size > 10_000
+    db = f"sqlite:///{art / 'results.db'}"
+    source, copy = connect(f"sqlite:///{packed / 'scalestudy.db'}"), connect(db)
+    # every table's rows of the study, counted on both sides: nothing lost
+    ids = [int(i) for i in query.runs(source, study="orig", attempts="all")["run_id"]]
+    for table in run_tables():
+        with source.connect() as a, copy.connect() as b:
+            assert a.execute(select(func.count()).select_from(table).where(table.c.run_id.in_(ids))).scalar() == \
+                b.execute(select(func.count()).select_from(table)).scalar(), table.name
+    assert len(query.runs(copy, study="orig")) == 7
+    with copy.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Step)).scalar() > 0
+        assert conn.execute(select(func.count()).select_from(Eval)).scalar() > 0
+    # the timeline run's events came along, renamed under the artifact's own database id, and read
+    [tl] = [int(r) for r, t in zip(*[query.runs(copy, study="orig")[c] for c in ("run_id", "timeline")]) if t]
+    assert len(query.events(copy, [tl])) > 0
+    with copy.connect() as conn:
+        name = conn.execute(select(Run.events_file).where(Run.id == tl)).scalar()
+    assert (art / "results.db.events" / name).exists()
+    for command in (("query", "--study", "orig"), ("compare", "--study", "orig", "--baseline", "nodes=1"),
+                    ("status",), ("timeline", str(tl), "--out", str(packed / "t.json"))):
+        proc = scalestudy(*command, "--db", db, cwd=packed)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+    # secrets: no account unless asked; the configs re-run as they ran
+    everything = "".join(p.read_text(errors="replace") for p in art.rglob("*") if p.suffix in (".yaml", ".json", ".txt", ".md"))
+    assert "secret_project" not in everything
+    assert "secret_project" not in " ".join(str(c) for c in query.runs(copy, study="orig")["config"])
+    assert len(list((art / "conf" / "study").glob("run_*.yaml"))) == 7
+    assert "scalestudy sweep study_name=orig" in (art / "sweeps.txt").read_text()
+    check = scalestudy("artifact", "check", str(art), cwd=packed)
+    assert check.returncode == 0 and "every digest as written" in check.stdout
+
+
+@pytest.mark.sweep
+def test_bad_artifacts_are_one_line_and_nothing_is_written(packed, tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(packed / "art", damaged)
+    with open(damaged / "results.db", "r+b") as fh:   # a page of the database overwritten
+        fh.seek(4096)
+        fh.write(b"\xff" * 4096)
+    cases = [(("artifact", "check", str(plain)), "not an artifact"),
+             (("artifact", "check", str(damaged)), "differs from the artifact's manifest"),
+             (("artifact", "rerun", str(plain)), "not an artifact"),
+             (("artifact", "import", str(damaged), "--db", f"sqlite:///{tmp_path / 'x.db'}"), "differs"),
+             (("artifact", "pack", "--study", "nosuch", "--db", f"sqlite:///{packed / 'scalestudy.db'}",
+               "--out", str(tmp_path / "o")), "nosuch"),
+             (("artifact", "pack", "--study", "orig", "--db", f"sqlite:///{packed / 'scalestudy.db'}",
+               "--out", str(packed / "art")), "not an empty folder"),
+             (("artifact", "rerun", str(packed / "art"), "site=nosuch_site"), None)]
+    for args, said in cases[:-1]:
+        proc = scalestudy(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, (args, proc.stderr)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "x.db").exists()
+    # a site that does not exist: the sweep refuses it in one line, and no run is recorded anywhere
+    proc = scalestudy(*cases[-1][0], "--db", f"sqlite:///{tmp_path / 'y.db'}", cwd=tmp_path)
+    assert proc.returncode == 2 and "nosuch_site" in proc.stderr
+    assert not (tmp_path / "y.db").exists() or query.runs(connect(f"sqlite:///{tmp_path / 'y.db'}")).empty
+
+
+def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path, db_url, monkeypatch):
+    """Into a SQLite file and into a team's PostgreSQL (its timelines under $SCALESTUDY_EVENTS_DIR,
+    which a PostgreSQL database needs for them; without it the import refuses in one line)."""
+    db = db_url
+    env = None
+    if db.startswith("postgresql"):
+        refused = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path)
+        assert refused.returncode == 2 and "SCALESTUDY_EVENTS_DIR" in refused.stderr, refused.stderr
+        env = {"SCALESTUDY_EVENTS_DIR": str(tmp_path / "events")}
+        monkeypatch.setenv("SCALESTUDY_EVENTS_DIR", env["SCALESTUDY_EVENTS_DIR"])   # query.events below reads it
+    proc = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    team, art = connect(db), connect(f"sqlite:///{packed / 'art' / 'results.db'}")
+    mine, theirs = query.runs(team, study="orig", attempts="all"), query.runs(art, study="orig", attempts="all")
+    assert sorted(mine["run_key"]) == sorted(theirs["run_key"])       # the runs' identities kept
+    assert sorted(mine["throughput"].dropna()) == sorted(theirs["throughput"].dropna())
+    [tl] = [int(r) for r, t in zip(mine["run_id"], mine["timeline"]) if t]
+    assert len(query.events(team, [tl])) > 0
+    again = scalestudy("artifact", "import", str(packed / "art"), "--db", db, cwd=tmp_path, env=env)
+    assert again.returncode == 2 and "already in" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    assert len(query.runs(team, study="orig", attempts="all")) == len(mine)   # nothing written
+
+
+@pytest.mark.mpi
+@pytest.mark.slurm
+def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
+    """The issue's end-to-end case on the local Slurm cluster: packed, moved, re-run from the moved
+    folder; the 1-node configuration unchanged reads "reproduced", the 2-node one, slowed to 0.7 of
+    its rate by a marker file its program reads (its configuration unchanged), "slower"."""
+    marker = _sweep(tmp_path, "slurm_orig", site="local_slurm")
+    pack = scalestudy("artifact", "pack", "--study", "slurm_orig", "--out", str(tmp_path / "a1"), "--no-report",
+                      cwd=tmp_path)
+    assert pack.returncode == 0, pack.stderr[-2000:]
+    moved = tmp_path / "elsewhere" / "artifact"
+    shutil.move(str(tmp_path / "a1"), moved)
+    marker.with_name(marker.name + "-2").touch()   # the 2-node runs of the re-run are slowed
+    proc = scalestudy("artifact", "rerun", str(moved), "--study-name", "slurm_again", "--tolerance", "0.1",
+                      cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "reproduction-slurm_again.csv").set_index("nodes")
+    assert table.loc[1, "reproduction"] == "reproduced", table
+    assert table.loc[2, "reproduction"] == "slower", table
+    assert "1 reproduced, 1 slower" in proc.stdout
+    html = (tmp_path / "reports" / "slurm_again" / "index.html").read_text()
+    assert "the artifact" in html and "reproduced" in html
+
+
+def test_a_recorded_command_leaves_accounts_out_however_they_were_written():
+    """``account=``, ``+account=`` and a quoted value with a space: none survives in what an artifact
+    writes, unless the packer asked for accounts; every other word is kept as recorded."""
+    from results_db.artifact import _shareable_command
+
+    for given in ("scalestudy sweep nodes=1 account=secret_project", "scalestudy sweep nodes=1 +account=secret_project",
+                  "scalestudy sweep nodes=1 'account=secret project'"):
+        shared = _shareable_command(given, with_accounts=False)
+        assert "secret" not in shared and "account=<left out>" in shared and shared.startswith("scalestudy sweep nodes=1 ")
+        assert _shareable_command(given, with_accounts=True) == given
+
+
+@pytest.mark.mpi
+@pytest.mark.slurm
+def test_an_artifact_of_two_sites_is_rerun_on_one_named(tmp_path):
+    """A study swept on two sites: its re-run asks which, in one line, exit 2, no run recorded."""
+    for site in ("local", "local_slurm"):
+        proc = scalestudy("sweep", "study_name=two", f"site={site}", "nodes=1", "workers_per_node=1",
+                          "workload.kind=command", "workload.command=[echo,hi]",
+                          f"hydra.sweep.dir={tmp_path / 'mr' / site}", cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    pack = scalestudy("artifact", "pack", "--study", "two", "--out", str(tmp_path / "a"), "--no-report", cwd=tmp_path)
+    assert pack.returncode == 0, pack.stderr[-2000:]
+    db = f"sqlite:///{tmp_path / 'again.db'}"
+    proc = scalestudy("artifact", "rerun", str(tmp_path / "a"), "--study-name", "again", "--db", db, cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "local, local_slurm" in lines[0], proc.stderr
+    assert not (tmp_path / "again.db").exists() or query.runs(connect(db)).empty
