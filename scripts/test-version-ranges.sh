@@ -9,8 +9,7 @@
 # life, the version check); the Hydra suites whole, and local sweeps through Hydra's
 # resolver, its run_job and its errors (~1.5 min). A test that fails is run
 # once more on its own (scripts/pytest_retry.py): it fails the run only if it fails again
-# (reported either way), so one flaky test does not decide a landing. scripts/test.sh runs both
-# beside the whole suite when SCALESTUDY_FLOOR_SUITES=1 (.ci/run).
+# (reported either way), so one flaky test does not decide a landing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:?usage: test-version-ranges.sh parsl|hydra ENV [pytest args]}

@@ -14,9 +14,7 @@
 # Either way a test that fails is run once more at the end of its lane, alone
 # (scripts/pytest_retry.py): one that then passes is reported as flaky and does not fail the run;
 # one that fails twice does.
-# With SCALESTUDY_FLOOR_SUITES=1 (.ci/run sets it) the suites that touch Parsl and Hydra also run
-# on the floors of their ranges, beside the rest (scripts/test-version-ranges.sh: mostly waiting
-# on Slurm and Parsl). The lanes that run beside the main one print their logs after it.
+# The serial lane runs beside the main one and prints its log after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane=full
@@ -45,10 +43,6 @@ beside() {   # NAME COMMAND...: a lane run beside the main one, its output kept 
 }
 beside "the serial lane (the Slurm cluster's tests, the PostgreSQL restart)" \
   env SCALESTUDY_TEST_LANE=serial .venv/bin/python scripts/pytest_retry.py -ra -m serial "$@"
-if [ "${SCALESTUDY_FLOOR_SUITES:-}" = 1 ]; then
-  beside "the Parsl floor suite" env SCALESTUDY_TEST_LANE=parsl_floor bash scripts/test-version-ranges.sh parsl .venv-parsl-floor
-  beside "the Hydra floor suite" env SCALESTUDY_TEST_LANE=hydra_floor bash scripts/test-version-ranges.sh hydra .venv-hydra-floor
-fi
 workers=${SCALESTUDY_TEST_WORKERS:-3}
 rc=0
 SCALESTUDY_TEST_LANE=main .venv/bin/python scripts/pytest_retry.py -ra -n "$workers" --dist loadfile --durations=20 \

@@ -18,6 +18,8 @@ import pytest
 
 from orchestrator.pools.parsl_config import interchange_launcher
 
+from conftest import sigint_default
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
 
 
@@ -45,7 +47,7 @@ def test_the_interchange_is_parsls_own_and_dies_with_its_driver_not_with_ctrl_c(
         child = subprocess.Popen([{program!r}], stdin=subprocess.PIPE)   # as Parsl starts it
         print(child.pid, flush=True)
         time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True)
+    """)], stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)   # as a terminal's would: see conftest
     try:
         pid = int(driver.stdout.readline())
         # exec'd: the process is Parsl's interchange.py under this environment's Python (a
@@ -57,7 +59,7 @@ def test_the_interchange_is_parsls_own_and_dies_with_its_driver_not_with_ctrl_c(
         # sent the same signal at the same moment, dies of it: the interchange is given as long
         # as the witness took to die, and as long again (measured here, not a constant)
         witness = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(600)"],
-                                   stdout=subprocess.PIPE, text=True)
+                                   stdout=subprocess.PIPE, text=True, preexec_fn=sigint_default)
         try:
             witness.stdout.readline()             # its SIGINT handler is installed
             t0 = time.monotonic()

@@ -71,6 +71,9 @@ def test_only_worker_pools_with_the_sweeps_keys_can_register(tmp_path, encrypted
     [executor] = config.executors
     assert executor.encrypted, "the site's executor must be encrypted"
     executor.encrypted = encrypted   # the control case: what Parsl's MPIExecutor does by default
+    # how long a pool tries the interchange's addresses (the executor's documented
+    # address_probe_timeout; Parsl's default 30 s ran out for the honest pool on a busy machine)
+    executor.address_probe_timeout = 120
     dfk = parsl.load(config)
     pools = []
     try:
@@ -104,7 +107,10 @@ def test_only_worker_pools_with_the_sweeps_keys_can_register(tmp_path, encrypted
             "a pool holding another pair of keys registered with the sweep's interchange"
     finally:
         for pool in pools:
-            os.killpg(pool.pid, signal.SIGKILL)   # the pool and the processes it started
+            try:
+                os.killpg(pool.pid, signal.SIGKILL)   # the pool and the processes it started
+            except ProcessLookupError:                # it had exited already
+                pass
             pool.wait(10)
         dfk.cleanup()
         parsl.clear()
