@@ -2,7 +2,7 @@
 # The tests, in two lanes (extra arguments go to pytest):
 #   bash scripts/test.sh          the whole suite (the README's command; CI runs it), as lanes side
 #                                 by side: the tests that hold a shared service alone (-m serial: the
-#                                 Slurm cluster's, a PostgreSQL restart) one after another, and every other
+#                                 Slurm cluster's) one after another, and every other
 #                                 test in SCALESTUDY_TEST_WORKERS worker processes (pytest-xdist,
 #                                 default 3: most tests wait on MPI jobs and Parsl, not on the 2
 #                                 cores), a module to a worker so that a sweep its tests share is
@@ -14,7 +14,8 @@
 # Either way a test that fails is run once more at the end of its lane, alone
 # (scripts/pytest_retry.py): one that then passes is reported as flaky and does not fail the run;
 # one that fails twice does.
-# The serial lane runs beside the main one and prints its log after it.
+# The serial lane runs beside the main one and prints its log after it; then, with nothing beside
+# them, the tests that disturb every other (-m alone: a restart of the PostgreSQL server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane=full
@@ -25,7 +26,7 @@ if [ "$lane" = fast ]; then
   export SCALESTUDY_FAST_LANE=1   # the statistics' simulations at a quarter of their trials
   rc=0
   SCALESTUDY_TEST_LANE=fast .venv/bin/python scripts/pytest_retry.py -ra -q -n "${SCALESTUDY_TEST_WORKERS:-2}" --dist loadfile \
-    -m "not (mpi or slurm or serial or slow or sweep)" "$@" || rc=$?
+    -m "not (mpi or slurm or serial or alone or slow or sweep)" "$@" || rc=$?
   echo "test.sh: fast lane: exit $rc in $(( $(date +%s) - start )) s"
   exit "$rc"
 fi
@@ -41,12 +42,12 @@ beside() {   # NAME COMMAND...: a lane run beside the main one, its output kept 
   "$@" > "$log" 2>&1 &
   pids+=($!)
 }
-beside "the serial lane (the Slurm cluster's tests, the PostgreSQL restart)" \
-  env SCALESTUDY_TEST_LANE=serial .venv/bin/python scripts/pytest_retry.py -ra -m serial "$@"
+beside "the serial lane (the Slurm cluster's tests)" \
+  env SCALESTUDY_TEST_LANE=serial .venv/bin/python scripts/pytest_retry.py -ra -m "serial and not alone" "$@"
 workers=${SCALESTUDY_TEST_WORKERS:-3}
 rc=0
 SCALESTUDY_TEST_LANE=main .venv/bin/python scripts/pytest_retry.py -ra -n "$workers" --dist loadfile --durations=20 \
-  -m "not serial" "$@" || rc=$?
+  -m "not (serial or alone)" "$@" || rc=$?
 [ "$rc" -eq 5 ] && rc=0   # none selected here (the arguments named only serial tests)
 echo "test.sh: the whole suite but the serial lane: exit $rc in $(( $(date +%s) - start )) s ($workers workers)"
 summary=()
@@ -60,5 +61,10 @@ for i in "${!pids[@]}"; do
   summary+=("${names[$i]}: exit $lrc")
   [ "$lrc" -eq 0 ] || rc=1
 done
-echo "test.sh: $(IFS=';'; echo "${summary[*]}"); all lanes done in $(( $(date +%s) - start )) s: exit $rc"
+arc=0
+SCALESTUDY_TEST_LANE=alone .venv/bin/python scripts/pytest_retry.py -ra -m alone "$@" || arc=$?
+[ "$arc" -eq 5 ] && arc=0   # none selected
+summary+=("the tests run alone: exit $arc")
+[ "$arc" -eq 0 ] || rc=1
+echo "test.sh: $(printf '%s; ' "${summary[@]}")all lanes done in $(( $(date +%s) - start )) s: exit $rc"
 exit "$rc"

@@ -41,7 +41,7 @@ def _counts(url: str) -> dict[str, int]:
     return dict(rows)
 
 
-@pytest.mark.serial   # it stops the PostgreSQL server every other test's database lives on
+@pytest.mark.alone   # it stops the PostgreSQL server every other test's database lives on
 def test_postgres_restarted_mid_sweep_loses_nothing(tmp_path, postgres_url):
     if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
         pytest.skip("stopping and starting PostgreSQL needs root")
