@@ -4,7 +4,7 @@
 #                                 by side: the tests that hold a shared service alone (-m serial: the
 #                                 Slurm cluster's) one after another, and every other
 #                                 test in SCALESTUDY_TEST_WORKERS worker processes (pytest-xdist,
-#                                 default 3: most tests wait on MPI jobs and Parsl, not on the 2
+#                                 default 3: past that the overlapping MPI jobs are limited by the 2
 #                                 cores), a module to a worker so that a sweep its tests share is
 #                                 built once; tests/conftest.py gives each worker a PostgreSQL
 #                                 database of its own and the Slurm cluster to one test at a time
