@@ -47,12 +47,43 @@ def _split(name: str, kind: str, x: np.ndarray, y: np.ndarray, num_classes: int,
 
 
 def load_digits(path: str | None = None) -> Dataset:
-    """scikit-learn's 8x8 handwritten digits (1797 images), shipped inside the package."""
+    """scikit-learn's 8x8 handwritten digits (1797 images), shipped inside the package.
+
+    Importing scikit-learn costs every rank 1.2 s of CPU on the test machine, more than the
+    small runs that use this set take to train; so the arrays are kept once, per scikit-learn
+    release, in the user's cache (``$XDG_CACHE_HOME/scalestudy``, ``~/.cache`` by default) and
+    each rank reads them from there (``benchmarks/RESULTS.md``, issue 59)."""
+    x, y = _digits_arrays()
+    return _split("digits", "image", (x.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8), y.astype(np.int64), 10)
+
+
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    import os
+    import zipfile
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        release = metadata.version("scikit-learn")
+    except metadata.PackageNotFoundError:
+        release = "unknown"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scalestudy" / f"digits-sklearn-{release}.npz"
+    try:
+        with np.load(cache) as kept:
+            return kept["data"], kept["target"]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        pass    # not kept yet (or a torn copy): from scikit-learn, then kept for the next rank
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
-    x = (bunch.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
-    return _split("digits", "image", x, bunch.target.astype(np.int64), 10)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
+        np.savez(partial, data=bunch.data, target=bunch.target)
+        os.replace(partial, cache)      # whole or not at all: ranks starting together may race here
+    except OSError:
+        pass    # a read-only home: every rank imports scikit-learn, as before
+    return bunch.data, bunch.target
 
 
 def synthetic_images(path: str | None = None, n: int = 3072, size: int = 32, classes: int = 10) -> Dataset:

@@ -23,6 +23,7 @@ from mpi4py import MPI
 from . import objective
 from .algorithms import SyncOptions, build_gradient_sync
 from .clock import AlignedClock, estimate_offset_to_root
+from .comm.arrival import all_arrived
 from .data import Dataset, GlobalBatchSampler, load_dataset
 from .device import StepClock, UtilizationSampler, gpu_facts, peak_memory_bytes, run_device
 from .energy import start_host_energy
@@ -80,6 +81,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
         )
     configure_threads(spec)
     device = run_device(spec.device, rank % spec.workers_per_node, rank)   # before any collective
+    all_arrived(comm)   # the ranks still importing keep the cores (workloads/comm/arrival.py)
     clock = AlignedClock(estimate_offset_to_root(comm))
     writer = MetricsWriter(run_dir, rank)
     gpu = gpu_facts(device)
@@ -108,7 +110,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     summary = {**outcome.summary["rank_summary"], **({"energy": reading.to_dict()} if reading else {})}
     writer.run_end(status="done", t=clock.now(), summary=summary)
     writer.close()
-    comm.Barrier()
+    all_arrived(comm)
     if rank == 0:
         write_result(run_dir, {k: v for k, v in outcome.summary.items() if k != "rank_summary"})
     return outcome
@@ -214,6 +216,7 @@ def _train_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer: Metr
     rank, size = comm.Get_rank(), comm.Get_size()
     spec = spec.as_run()   # every draw below (data order, weights, delays, emulation, eager-SGD's initiator) from run_seed
     data, model, flops = _build(spec, rank, device)
+    all_arrived(comm)   # before the engines' first collectives (a communicator's Dup)
     delays = delay_injector(spec, size)
     utilization = UtilizationSampler(device)
     try:
@@ -262,6 +265,7 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     sharded = ShardedEvaluation(comm, data, device, writer.eval) \
         if spec.algorithm in EAGER_ALGORITHMS and spec.compute != "emulated" else None
     batches, batches_of = [], -1
+    all_arrived(comm)   # asleep, then the timed part starts together
     comm.Barrier()
     wall_start = time.perf_counter()
     try:

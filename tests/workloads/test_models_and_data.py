@@ -95,3 +95,33 @@ def test_image_folder_from_generated_pngs(tmp_path):
     # without train/test folders the classes are split 80/20
     flat = load_dataset("imagefolder", str(tmp_path / "train"))
     assert len(flat.x_train) + len(flat.x_test) == 18 and flat.num_classes == 3
+
+
+def test_digits_are_scikit_learns_and_kept_so_a_rank_need_not_import_it(tmp_path):
+    """The first load keeps scikit-learn's arrays in the cache; a later rank reads them without
+    importing scikit-learn (1.2 s of CPU a rank here), and gets the same data. A torn copy is
+    not trusted: the set comes from scikit-learn again (the control)."""
+    import os
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    program = ("import sys, torch; from workloads.data import load_digits; d = load_digits(); "
+               "torch.save((d.x_train, d.y_train, d.x_test, d.y_test), sys.argv[1]); "
+               "print('sklearn' in sys.modules)")
+    seen = []
+    for name in ("first", "kept", "torn"):
+        if name == "torn":
+            [kept] = (tmp_path / "scalestudy").glob("digits-sklearn-*.npz")
+            kept.write_bytes(kept.read_bytes()[:100])
+        out = subprocess.run([sys.executable, "-c", program, str(tmp_path / f"{name}.pt")], env=env,
+                             capture_output=True, text=True, check=True)
+        seen.append(out.stdout.strip())
+    assert seen == ["True", "False", "True"]
+    first, kept, torn = (torch.load(tmp_path / f"{n}.pt") for n in ("first", "kept", "torn"))
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, kept, torn))
+    bunch = load_digits()
+    images = torch.cat([first[0], first[2]]).reshape(len(bunch.data), -1) * 16
+    assert sorted(map(tuple, images.tolist())) == sorted(map(tuple, bunch.data.tolist()))
