@@ -38,8 +38,8 @@ def build(url: str, runs: int, scratch: Path) -> None:
 
     from orchestrator.sweep.runspec import run_key
     from results_db import connect
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     engine = connect(url)

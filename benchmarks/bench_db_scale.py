@@ -59,8 +59,8 @@ def template_run(folder: Path, host: str, throughput: float) -> None:
 def build(url: str, runs: int, scratch: Path) -> float:
     from orchestrator.sweep.runspec import run_key
     from results_db import connect
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     engine = connect(url)
@@ -90,7 +90,8 @@ def build(url: str, runs: int, scratch: Path) -> float:
 def in_process(url: str, repeats: int) -> None:
     """The database work of each command, timed inside one process (imports done): what grows
     with the number of runs, apart from the interpreter and library start-up above."""
-    from results_db import connect, query, run_rows
+    from results_db import connect
+    from results_db.store import query, run_rows
 
     engine = connect(url, upgrade=False)
     # what each command runs since the reading commands print plain rows (no pandas)

@@ -55,8 +55,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from results_db import connect
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
     from perf_model.profile import profile_of_runs
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-emulation-"))

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_ingest.py [--ranks 4] [--steps 5000] [--events 20] [--repeats 5] [--postgres URL]
 
-Ours: ``results_db.ingest.ingest_run`` on a generated metrics directory (reads and
+Ours: ``results_db.ingest.folder.ingest_run`` on a generated metrics directory (reads and
 parses the JSON lines, inserts in batches, one transaction, derives step stats).
 SQLite baseline: the same rows, already parsed into tuples, through raw ``sqlite3``
 ``executemany`` in one transaction. PostgreSQL baseline: ``COPY ... FROM STDIN`` of the
@@ -58,8 +58,8 @@ def main() -> None:
     from sqlalchemy import create_engine, text
 
     from results_db import connect
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))

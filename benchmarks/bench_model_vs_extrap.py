@@ -60,7 +60,7 @@ def profile_compute(engine, study: str, warmup: int) -> dict[int, float]:
     """Batch size -> C (s): median forward + median backward of the study's 1-rank runs at that batch,
     as ``validate_model_runs.py`` set the injected D from them."""
     from perf_model.profile import profile_of_runs
-    from results_db import query
+    from results_db.store import query
 
     runs = query.runs(engine, study=study, where="status=done")
     out = {}
@@ -115,8 +115,9 @@ def main() -> int:
     from perf_model.measured import measured_throughput
     from perf_model.model import fit_study
     from perf_model.predict import predict
-    from results_db import connect, query
-    from results_db.model_fits import latest_model_fit
+    from results_db import connect
+    from results_db.store import query
+    from results_db.store.model_fits import latest_model_fit
 
     engine = connect(f"sqlite:///{args.db}")
     fit_runs = query.runs(engine, study=args.fit, where="status=done")

@@ -1,4 +1,4 @@
-"""A query over 1 M step rows: ``results_db.query.steps`` vs the raw ``pandas.read_sql``.
+"""A query over 1 M step rows: ``results_db.store.query.steps`` vs the raw ``pandas.read_sql``.
 
     python benchmarks/bench_query.py [--rows 1000000] [--repeats 7]
 
@@ -25,8 +25,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
 
-    from results_db import connect, query
-    from results_db.runs import PlannedRun, register_runs
+    from results_db import connect
+    from results_db.store import query
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     path = Path(tempfile.mkdtemp(prefix="bench-query-")) / "q.db"

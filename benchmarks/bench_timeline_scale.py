@@ -49,9 +49,10 @@ def child(run_dir: str, db: str, mode: str, window: int) -> None:
     import pandas  # noqa: F401  (imported before the baseline RSS: not ingestion's memory)
     import pyarrow.parquet  # noqa: F401
 
-    from results_db import connect, query
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
+    from results_db import connect
+    from results_db.store import query
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     engine = connect(f"sqlite:///{db}")

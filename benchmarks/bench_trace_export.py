@@ -34,9 +34,10 @@ def main() -> int:
     from sqlalchemy import insert
 
     from perf_synthetic import write_study
-    from results_db import connect, query
-    from results_db.chrome_trace import write_chrome_trace
-    from results_db.schema import Event
+    from results_db import connect
+    from results_db.store import query
+    from results_db.report.chrome_trace import write_chrome_trace
+    from results_db.store.schema import Event
 
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     engine = connect(f"sqlite:///{work / 'trace.db'}")

@@ -24,7 +24,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from results_db import confidence, connect, query  # noqa: E402
+from results_db import connect  # noqa: E402
+from results_db.stats import confidence
+from results_db.store import query
 
 DEFAULT = ("eager_sgd_paper_hyperplane_quarter:loss:4.7", "eager_default_mode:top1:0.85")
 

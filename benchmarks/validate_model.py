@@ -30,7 +30,7 @@ import pandas as pd
 
 def measured_parts(engine, run_ids, warmup: int) -> pd.DataFrame:
     from perf_model.measured import step_times
-    from results_db import query
+    from results_db.store import query
 
     steps = query.steps(engine, list(run_ids))
     steps = steps[(steps["rank"] == 0) & (steps["step"] >= warmup)]
@@ -61,7 +61,7 @@ def with_pinned_in_fit_set(db: str) -> str:
 
 def _host_cpus(engine, run_ids) -> pd.Series:
     """Each run's recorded CPUs (0 where it recorded none)."""
-    from results_db import query
+    from results_db.store import query
 
     runs = query.runs(engine, columns=["run_id", "host_cpus"], run_ids=list(run_ids)).set_index("run_id")
     return runs["host_cpus"].fillna(0).astype(int).rename("cpus")
@@ -171,7 +171,8 @@ def main() -> None:
         perf_model.oversubscription.crowding_exposure = every_step
         perf_model.predict.crowding_exposure = every_step
 
-    from results_db import connect, query
+    from results_db import connect
+    from results_db.store import query
 
     db = args.db
     if args.pinned == "include":
@@ -192,7 +193,7 @@ def main() -> None:
 def fit_small(engine, ids, args) -> None:
     from orchestrator.site.model_inputs import host_of_site_name
     from perf_model.model import fit_study
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     fit_study(engine, "validate-small", args.warmup, args.replicates, host_of_site_name)
     fit = latest_model_fit(engine, "validate-small")
@@ -245,7 +246,7 @@ def part_two(engine, ids, args) -> None:
     from orchestrator.site.config import load_site
     from perf_model.model import fit_study
     from perf_model.machine import Network
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     fit_study(engine, "validate-profile", args.warmup, args.replicates, host_of_site_name)
     fit1 = latest_model_fit(engine, "validate-profile")

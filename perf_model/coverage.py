@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from results_db import query
+from results_db.store import query
 
 from .fit import is_constant_compute
 from .machine import Host

@@ -8,7 +8,7 @@ from typing import Sequence
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from results_db import query
+from results_db.store import query
 from workloads.run_folder import STEP_PHASES
 
 

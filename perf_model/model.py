@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from results_db.model_fits import store_model_fit
+from results_db.store.model_fits import store_model_fit
 
 from .bootstrap import DEFAULT_REPLICATES, bootstrap_fits
 from .refit import HostOf, fit_all

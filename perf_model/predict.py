@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.allreduce_traffic import RABENSEIFNER, RING
+from workloads.catch_up import catch_up
 
 from .eager_rounds import EagerSteps, eager_steps
 from .machine import Host, Network
@@ -192,10 +193,10 @@ def step_parts(params: dict[str, Any], shape: dict[str, Any], algorithm: str, ra
     segment = shape["sync_every"] or shape["steps"] or 1   # eager-SGD: steps from one synchronous round to the next
     if ranks == 1:
         wait = d if k else 0.0
-    elif algorithm in EAGER and shape.get("catch_up", "lockstep") != "lockstep":
+    elif algorithm in EAGER and catch_up(shape.get("catch_up")).predicted_by == "simulated":
         steps = simulated_eager_steps(algorithm.removeprefix("eager_"), ranks, c, d, k, sigma, segment)
         wait = max(steps.seconds_per_gradient - c, 0.0)
-        if shape["catch_up"] == "apply_all":
+        if catch_up(shape["catch_up"]).counts_rounds:
             rounds_per_gradient = steps.rounds_per_gradient
     elif algorithm in EAGER:
         wait = injected_wait_eager(ranks, k, d, sigma, segment)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from results_db import query
+from results_db.store import query
 from workloads.emulation import ComputeProfile
 
 DEFAULT_WARMUP = 5

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from workloads.catch_up import catch_up
+
 from .study import StudyData
 
 # Collectives a step holds when the timeline cannot say (no engine events): eager-SGD's
@@ -94,7 +96,7 @@ def workload_shapes(data: StudyData) -> dict[str, dict[str, Any]]:
             "update_seconds": float(steps["update"].median()) if len(steps) else 0.0,
             "sync_every": _resync_steps(runs),
             # eager-SGD's catch-up (lockstep: a fit of runs from before it existed, column null)
-            "catch_up": str(_mode(runs["eager_catch_up"]) or "lockstep") if "eager_catch_up" in runs else "lockstep",
+            "catch_up": catch_up(_mode(runs["eager_catch_up"]) if "eager_catch_up" in runs else None).name,
             "injected_ranks": int(_mode(runs["imbalance_ranks"]) or 0) if kind == "injected" else 0,
             "injected_delay": float(_mode(runs["imbalance_delay_ms"]) or 0.0) / 1e3 if kind == "injected" else 0.0,
             "steps": int(_mode(runs["steps"]) or 0),   # steps a run ran (rank 0)

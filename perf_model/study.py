@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from results_db import query
+from results_db.store import query
 
 from .measured import rank0_steps
 

@@ -7,7 +7,10 @@ Reads the packages with ``ast`` (nothing is imported). Every import counts, a fu
 own included, except those under ``if TYPE_CHECKING:`` (annotations only, never run).
 The layers (ARCHITECTURE.md): ``workloads`` imports neither ``results_db``, ``perf_model`` nor
 ``orchestrator``; ``results_db`` and ``perf_model`` never import ``orchestrator``; within it,
-``orchestrator.pools`` never imports ``orchestrator.sweep``.
+``orchestrator.pools`` never imports ``orchestrator.sweep``. Inside ``results_db`` the rooms stand on
+floors: ``stats`` (imports nothing of the project) under ``store`` under ``analysis``, over which
+``ingest`` and ``report`` stand apart, ``publish`` on top; and the rooms above the store write no
+SQL text (``sql_text``).
 ``tests/project/test_code_shape.py`` holds the project to zero cycles, zero private imports and the
 layers.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -23,9 +27,22 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "workloads", "results_db", "perf_model", "hydra_plugins")
 # package (or room of one) -> what it may not import. The pools run the sweep's tasks, and
 # know of them only the module name the driver hands over (--preload), never by import
+ROOMS = ("results_db.stats", "results_db.store", "results_db.analysis", "results_db.ingest", "results_db.report",
+         "results_db.publish")
 FORBIDDEN = {"workloads": ("orchestrator", "results_db", "perf_model"),
              "results_db": ("orchestrator",), "perf_model": ("orchestrator",),
-             "orchestrator.pools": ("orchestrator.sweep",)}
+             "orchestrator.pools": ("orchestrator.sweep",),
+             "results_db.stats": ("workloads", "perf_model", "hydra_plugins", "results_db.__init__",
+                                  *[r for r in ROOMS if r != "results_db.stats"]),
+             "results_db.store": ("results_db.analysis", "results_db.ingest", "results_db.report", "results_db.publish"),
+             "results_db.analysis": ("results_db.ingest", "results_db.report", "results_db.publish"),
+             "results_db.ingest": ("results_db.report", "results_db.publish"),
+             "results_db.report": ("results_db.ingest", "results_db.publish")}
+# the rooms that read the store through its query API: no SQL written as text in them
+NO_SQL_TEXT = ("results_db.analysis", "results_db.report", "results_db.publish")
+# a statement as SQL is written by hand, in capitals (prose such as "select a run from the list" is not)
+_SQL = re.compile(r"^\s*(SELECT\s.+\sFROM\s|INSERT\s+INTO\s|UPDATE\s+\w+\s+SET\s|DELETE\s+FROM\s|"
+                  r"(CREATE|ALTER|DROP)\s+(TABLE|INDEX)\s|PRAGMA\s)", re.S)
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -133,6 +150,29 @@ def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
             if any(_under(m, k) and any(_under(t, f) for f in banned) for k, banned in FORBIDDEN.items())]
 
 
+def _text_call(node: ast.AST) -> bool:
+    """``text("...")`` or ``text(f"...")``: SQLAlchemy's raw SQL (matplotlib's ``fig.text(x, y, s)``
+    starts with a number)."""
+    return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "text" \
+        and bool(node.args) and (isinstance(node.args[0], ast.JoinedStr) or
+                                 isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))
+
+
+def sql_text(root: Path = ROOT) -> list[str]:
+    """Where a room above the store writes SQL by hand: a string that reads as a statement, or
+    SQLAlchemy's ``text(...)``."""
+    found = []
+    for module, path in modules(root).items():
+        if not any(_under(module, room) for room in NO_SQL_TEXT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.match(node.value):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+            elif _text_call(node):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
 def longest_functions(root: Path = ROOT, top: int = 10) -> list[tuple[int, str]]:
     rows = []
     for module, path in modules(root).items():
@@ -159,10 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"imports against the layers: {len(layers)}")
     for module, target in layers:
         print(f"  {module} imports {target}")
+    handwritten = sql_text()
+    print(f"SQL written as text above the store: {len(handwritten)}")
+    for where in handwritten:
+        print(f"  {where}")
     print("longest functions (lines):")
     for lines, where in longest_functions(top=args.top):
         print(f"  {lines:4d}  {where}")
-    return 1 if found or private or layers else 0
+    return 1 if found or private or layers or handwritten else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# a researcher's own events folder (results_db.event_files) must not decide where the tests'
+# a researcher's own events folder (results_db.store.event_files) must not decide where the tests'
 # databases keep their timelines, nor receive their files; the tests that want it set it
 os.environ.pop("SCALESTUDY_EVENTS_DIR", None)
 

@@ -30,8 +30,8 @@ def write_study(engine, study: str = "syn", configs=((8, 2), (8, 4), (16, 2), (1
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Event, Run, Step
+    from results_db.store.runs import PlannedRun, register_runs
+    from results_db.store.schema import Event, Run, Step
     from workloads.spec import RunSpec
 
     configs = [(c[0], c[1], c[2] if len(c) > 2 else None) for c in configs]

@@ -1,6 +1,6 @@
 """What an allreduce of S bytes asks of the links it crosses: nccl-tests' bus factor, and the
 bytes one node's network link carries for the algorithm each backend runs. Declared once, read
-by ``workloads.netbench`` (busbw), ``results_db.network`` (the fitted per-node bandwidth, the
+by ``workloads.netbench`` (busbw), ``results_db.analysis.network`` (the fitted per-node bandwidth, the
 runs' achieved busbw), ``perf_model.machine`` (predictions with a site's network) and the tests.
 
 **Bus bandwidth** (nccl-tests ``doc/PERFORMANCE.md``, "AllReduce"; ``src/all_reduce.cu``,

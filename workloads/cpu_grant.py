@@ -3,7 +3,7 @@
 ``os.cpu_count()`` is the whole host. A scheduler confines a job to part of it with cgroups
 (Slurm's ``task/cgroup`` sets a cpuset, ``docker --cpus`` and Kubernetes limits a CPU quota),
 and a launcher's binding narrows each rank's affinity further. Each rank records all three in
-its ``run_start`` (``cpu_record``) so that the binding audit (``results_db.binding``), the host
+its ``run_start`` (``cpu_record``) so that the binding audit (``results_db.analysis.binding``), the host
 load and the CPU peak behind MFU (``flops.total_peak``) count the CPUs a run could use, not the
 host's.
 

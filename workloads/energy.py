@@ -19,7 +19,7 @@ Sources, tried in this order by ``SCALESTUDY_ENERGY=auto`` (the default; a site 
   ``nvmlDeviceGetTotalEnergyConsumption``): the GPUs only, not the node;
 - ``slurm``: Slurm's own accounting (``AcctGatherEnergyType``, ``sacct`` ConsumedEnergy). The
   ranks only note their job step (``SLURM_JOB_ID.SLURM_STEP_ID``); the login node asks
-  ``sacct`` for the step's joules when it ingests the run (``results_db/slurm_energy.py``),
+  ``sacct`` for the step's joules when it ingests the run (``results_db/ingest/slurm_energy.py``),
   since Slurm writes them when the step ends. Never chosen by ``auto``: only a site whose
   Slurm gathers energy can declare it.
 

@@ -22,7 +22,7 @@ REDUCERS: dict[str, Callable[[Sequence[float]], float]] = {
 }
 
 
-# which way a metric is better; results_db.measure reads this one list
+# which way a metric is better; results_db.store.measure reads this one list
 BETTER = ("higher", "lower")
 
 
@@ -34,7 +34,7 @@ class MetricPattern:
     ranks: str = "0"           # "0" or "all"
     ranks_reduce: str = "mean"
     required: bool = True
-    better: str | None = None  # "higher" or "lower": which way is better, for comparisons (results_db.metric_facts)
+    better: str | None = None  # "higher" or "lower": which way is better, for comparisons (results_db.store.metric_facts)
 
     @classmethod
     def from_dict(cls, name: str, spec: dict[str, Any]) -> "MetricPattern":

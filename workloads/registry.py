@@ -19,11 +19,13 @@ import re
 from importlib import metadata
 from typing import Any, Callable
 
+from .catch_up import CATCH_UP
+
 ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
 DEVICES = ("cpu", "cuda")
 EAGER_ALGORITHMS = ("eager_solo", "eager_majority")
-# what an eager-SGD rank that missed rounds does (workloads/algorithms/eager.py explains each)
-EAGER_CATCH_UP = ("apply_all", "latest", "lockstep", "paper")
+# what an eager-SGD rank that missed rounds does (declared in workloads/catch_up.py)
+EAGER_CATCH_UP = tuple(CATCH_UP)
 # how gradients travel between ranks (workloads/comm/data_path.py); auto: the first the
 # algorithm takes on its device (ALGORITHM_DATA_PATHS)
 DATA_PATHS = ("auto", "mpi", "torch_distributed", "cuda_aware_mpi", "host_staging", "horovod")

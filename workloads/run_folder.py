@@ -4,7 +4,7 @@ This is the whole contract between the ranks and the login node (ARCHITECTURE.md
 "Metrics contract"), so it is spelled once, here, and both sides import it: the
 workloads writing (``metrics``, ``report``, ``command``, ``failure``), the orchestrator
 launching and watching (``orchestrator.mpi``, ``orchestrator.sweep``), and ingestion
-reading (``results_db.ingest``). It needs neither torch nor MPI.
+reading (``results_db.ingest.folder``). It needs neither torch nor MPI.
 
 ::
 

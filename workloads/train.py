@@ -317,16 +317,23 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
                            train_seconds=train_seconds, wall_start=wall_start, phases=phases, top1=last_top1,
                            loss=last_loss, global_batch=sampler.global_batch_size,
                            gradients=comm.allreduce(gradients))
+    _add_run_facts(outcome, engine, data, device, comm, run_dir)
+    return outcome
+
+
+def _add_run_facts(outcome: TrainOutcome, engine, data: Dataset, device: torch.device, comm: MPI.Comm,
+                   run_dir: Path) -> None:
+    """What the run's summary carries beside its rates: the metrics the engine decided, the data
+    path it used, the classes (top-1 at chance is 1 / classes), on a GPU the network NCCL chose."""
     decided = engine.run_metrics()
     if decided:
         outcome.summary["metrics"] = decided
     outcome.summary["data_path_used"] = engine.data_path_label
-    outcome.summary["classes"] = data.num_classes   # top-1 at chance is 1 / classes
+    outcome.summary["classes"] = data.num_classes
     if device.type == "cuda" and comm.Get_rank() == 0:
-        # the network NCCL chose, from its log (all ranks have passed a collective); rank 0 only:
-        # only its summary reaches result.json, and every rank reading every log is ranks^2 opens
+        # from NCCL's log (all ranks have passed a collective); rank 0 only: only its summary
+        # reaches result.json, and every rank reading every log is ranks^2 opens
         outcome.summary.update(network_facts(run_dir))
-    return outcome
 
 
 def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: float,

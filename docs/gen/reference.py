@@ -171,7 +171,7 @@ def site_schema() -> str:
 def columns() -> str:
     names = _help(["query", "--list-columns"]).split()
     return "\n".join(["# Result columns", "",
-                      "The columns `scalestudy query` and `results_db.query` return "
+                      "The columns `scalestudy query` and `results_db.store.query` return "
                       "(`scalestudy query --list-columns`; `--columns A,B` picks some).", "",
                       *(f"- `{n}`" for n in names), ""])
 

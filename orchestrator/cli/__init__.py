@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # imported only now: ..errors imports Hydra (0.2 s), which `status` otherwise never needs
         from sqlalchemy.exc import SQLAlchemyError
 
-        from results_db.store import safe_url, scrub
+        from results_db.store.connect import safe_url, scrub
 
         from ..errors import ScalestudyError
 
@@ -142,7 +142,7 @@ def run() -> None:
     except (OSError, ValueError):
         sys.exit(code)
     status = _exit_status(code)   # as sys.exit reads it: None is 0, a message is printed and is 1
-    run_exit_handlers()   # the database engines' too (results_db.store): no -wal file is left
+    run_exit_handlers()   # the database engines' too (results_db.store.connect): no -wal file is left
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -46,7 +46,7 @@ def ingest(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     from results_db import connect
-    from results_db.store import resolve_db_url, safe_url
+    from results_db.store.connect import resolve_db_url, safe_url
 
     from .ingest_folders import ingest_folders, not_ingested, run_folders
 
@@ -70,8 +70,8 @@ def db(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     from results_db import connect
-    from results_db.migrate import current_revision, head_revision
-    from results_db.store import resolve_db_url, safe_url
+    from results_db.store.migrate import current_revision, head_revision
+    from results_db.store.connect import resolve_db_url, safe_url
 
     url = resolve_db_url(args.db)
     engine = connect(url, upgrade=args.action == "upgrade")

@@ -1,9 +1,9 @@
 """``scalestudy artifact``: a study packed for a reader (``pack``), checked (``check``), re-run and
 compared with the original (``rerun``), or brought into another database (``import``).
 
-Packing and reading are ``results_db.artifact``'s; the re-run is a ``scalestudy sweep`` of the
+Packing and reading are ``results_db.publish.artifact``'s; the re-run is a ``scalestudy sweep`` of the
 artifact's run configurations (``--config-dir FOLDER/conf study=glob(run_*)``) into a new study,
-compared with the original by ``results_db.reproduction``.
+compared with the original by ``results_db.analysis.reproduction``.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def pack(argv: Sequence[str]) -> int:
     parser.add_argument("--no-report", action="store_true", help="leave the report out (faster)")
     add_db_option(parser)
     args = parser.parse_args(argv)
-    from results_db import query
-    from results_db.artifact import ArtifactError, refuse_used_folder
-    from results_db.artifact import pack as write
+    from results_db.store import query
+    from results_db.publish.artifact import ArtifactError, refuse_used_folder
+    from results_db.publish.artifact import pack as write
 
     out = Path(args.out or f"artifact-{args.study}")
     try:
@@ -73,7 +73,7 @@ def pack(argv: Sequence[str]) -> int:
 def check(argv: Sequence[str]) -> int:
     if len(argv) != 1:
         return fail("artifact check DIR: name one artifact folder")
-    from results_db.artifact import ArtifactError, open_artifact
+    from results_db.publish.artifact import ArtifactError, open_artifact
 
     try:
         opened = open_artifact(Path(argv[0]))
@@ -97,10 +97,11 @@ def rerun(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default=None, help="the report's folder (default reports/NEW)")
     add_db_option(parser)
     args = parser.parse_args(argv)
-    from results_db import connect, query
-    from results_db.artifact import ArtifactError, open_artifact
-    from results_db.reproduction import compare_rerun, counts
-    from results_db.store import DB_URL_ENV, resolve_db_url
+    from results_db import connect
+    from results_db.store import query
+    from results_db.publish.artifact import ArtifactError, open_artifact
+    from results_db.analysis.reproduction import compare_rerun, counts
+    from results_db.store.connect import DB_URL_ENV, resolve_db_url
 
     if not 0 < args.tolerance < 1:
         return fail(f"--tolerance {args.tolerance}: a fraction between 0 and 1 (0.1: within 10 %)")
@@ -139,7 +140,7 @@ def rerun(argv: Sequence[str]) -> int:
     _print_reproduction(table, opened.study, new)
     csv = Path(f"reproduction-{new}.csv")
     table.to_csv(csv, index=False)
-    from results_db.html_report import ReportError, build_report
+    from results_db.report.html_report import ReportError, build_report
 
     out = Path(args.out or Path("reports") / new)
     try:
@@ -153,7 +154,7 @@ def rerun(argv: Sequence[str]) -> int:
 
 
 def _print_reproduction(table, original: str, new: str) -> None:
-    from results_db import regression
+    from results_db.analysis import regression
 
     from ..terminal.output import render
     from ..terminal.tables import two_sets_shown
@@ -172,9 +173,10 @@ def import_(argv: Sequence[str]) -> int:
     parser.add_argument("folder")
     add_db_option(parser)
     args = parser.parse_args(argv)
-    from results_db import connect, event_files
-    from results_db.artifact import ArtifactError, copy_event_files, open_artifact
-    from results_db.study_copy import StudyCopyError, copy_study, study_id, study_run_ids
+    from results_db import connect
+    from results_db.store import event_files
+    from results_db.publish.artifact import ArtifactError, copy_event_files, open_artifact
+    from results_db.store.study_copy import StudyCopyError, copy_study, study_id, study_run_ids
 
     try:
         opened = open_artifact(Path(args.folder))

@@ -23,8 +23,8 @@ def open_for_reading(db: str | None):
     """The results database for a command that only reads it: never creates one, never
     migrates one (DDL against a shared PostgreSQL is not a reader's to run)."""
     from results_db import connect
-    from results_db.migrate import HEAD, is_current
-    from results_db.store import missing_sqlite_file, resolve_db_url, safe_url
+    from results_db.store.migrate import HEAD, is_current
+    from results_db.store.connect import missing_sqlite_file, resolve_db_url, safe_url
 
     path = missing_sqlite_file(db)
     if path is not None:
@@ -50,7 +50,7 @@ def fail(message: str) -> int:
 
 def db_url_from(args: Sequence[str]) -> str:
     """The database a command's arguments name (``--db``), else the default one."""
-    from results_db.store import resolve_db_url
+    from results_db.store.connect import resolve_db_url
 
     for i, arg in enumerate(args):
         if arg == "--db" and i + 1 < len(args):

@@ -1,5 +1,5 @@
 """``scalestudy export mlflow``: a study's runs sent where the rest of a group's ML work is
-(``results_db.mlflow_export`` says what goes where)."""
+(``results_db.publish.mlflow_export`` says what goes where)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def export(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db.mlflow_export import ExportError, export_study
+    from results_db.publish.mlflow_export import ExportError, export_study
 
     try:
         engine = open_for_reading(args.db)

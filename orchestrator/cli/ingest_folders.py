@@ -17,9 +17,9 @@ from typing import Iterable, Iterator
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from results_db.ingest import IngestError, ingest_run
-from results_db.runs import PlannedRun, mark_failed, register_runs
-from results_db.schema import Run, Study
+from results_db.ingest.folder import IngestError, ingest_run
+from results_db.store.runs import PlannedRun, mark_failed, register_runs
+from results_db.store.schema import Run, Study
 from workloads.run_folder import JOB_FILE, RESULT_FILE, SPEC_FILE, finished
 from workloads.spec import RunSpec
 

@@ -153,7 +153,7 @@ def _fit(args) -> int:
     from perf_model.model import fit_study
     from perf_model.study import DEFAULT_WARMUP
     from results_db import connect
-    from results_db.store import resolve_db_url
+    from results_db.store.connect import resolve_db_url
 
     from ..site.model_inputs import host_of_site_name
 
@@ -211,7 +211,7 @@ def _network(site_name: str | None, source: str = "nominal", engine=None, backen
     site = load_site(site_name)
     if source == "measured":
         from perf_model.machine import Network
-        from results_db.network import fit_network, measurements
+        from results_db.analysis.network import fit_network, measurements
 
         fitted = fit_network(measurements(engine, site.name, backend))
         if fitted is None:
@@ -228,7 +228,7 @@ def _network(site_name: str | None, source: str = "nominal", engine=None, backen
 def _predict(args) -> int:
     from perf_model.coverage import band_coverage
     from perf_model.predict import DEFAULT_BAND, PredictError, choose_algorithm, predict
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     from ..errors import ConfigError
     from ..site.model_inputs import host_of
@@ -279,7 +279,7 @@ def _predict(args) -> int:
 
 def _print_checked(engine, fit) -> None:
     """The predictions this fit made for sweeps since, and what their runs measured."""
-    from results_db.runs import prediction_errors
+    from results_db.store.runs import prediction_errors
 
     checked = prediction_errors(engine, fit["id"])
     if not checked:
@@ -363,7 +363,7 @@ def _draw(args, engine, fit, algorithm: str, table, site, band: float, unvalidat
     measured = measured[measured["algorithm"] == algorithm]
     others = None
     if args.also:
-        from results_db import query
+        from results_db.store import query
 
         ids = [int(i) for i in query.runs(engine, study=args.also, where="status=done")["run_id"]]
         if not ids:
@@ -396,7 +396,7 @@ def require_workers_per_node(fit, algorithm: str, wpn: int | None, how: str) -> 
 
 
 def fit_is_emulated(engine, run_ids) -> bool:
-    from results_db import query
+    from results_db.store import query
 
     runs = query.runs(engine, run_ids=list(run_ids))
     return bool("compute" in runs and (runs["compute"] == "emulated").any())

@@ -1,6 +1,6 @@
 """``scalestudy network SITE``: the site's network as measured (``study=network``) beside its site
 file's nominal numbers, and a lower bound on the bus bandwidth the site's runs achieved
-(``results_db.network``)."""
+(``results_db.analysis.network``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def network(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db import network as net
+    from results_db.analysis import network as net
 
     from ..errors import ConfigError
     from ..site.config import load_site

@@ -73,25 +73,32 @@ def _settings(args) -> dict[str, str]:
     return settings
 
 
-def _plan(args, settings: dict[str, str]) -> int:
-    from perf_model.predict import PredictError, choose_algorithm, fit_doubts
-    from results_db.model_fits import latest_model_fit
-
-    from ..errors import ConfigError
+def _site_and_workers(settings: dict[str, str]):
+    """The site the plan is for (its account checked: the suggested sweeps run as printed, not
+    charged to the site file's placeholder) and the workers per node asked for, if any."""
     from ..site.config import load_site, with_overrides
     from ..sweep.admission import check_account
+
+    site = load_site(settings.get("site", "local"))
+    if "account" in settings:
+        site = with_overrides(site, account=settings["account"])
+    check_account(site)
+    wpn = int(settings["workers_per_node"]) if "workers_per_node" in settings else None
+    if wpn is not None and wpn < 1:
+        raise ValueError
+    return site, wpn
+
+
+def _plan(args, settings: dict[str, str]) -> int:
+    from perf_model.predict import PredictError, choose_algorithm, fit_doubts
+    from results_db.store.model_fits import latest_model_fit
+
+    from ..errors import ConfigError
     from ..sweep.budget_plan import choose_plan
 
     study = settings["study"]
     try:
-        site = load_site(settings.get("site", "local"))
-        if "account" in settings:
-            site = with_overrides(site, account=settings["account"])
-        # the suggested sweeps run as printed: not charged to the site file's placeholder
-        check_account(site)
-        wpn = int(settings["workers_per_node"]) if "workers_per_node" in settings else None
-        if wpn is not None and wpn < 1:
-            raise ValueError
+        site, wpn = _site_and_workers(settings)
     except ValueError:
         return fail(f"workers_per_node={settings.get('workers_per_node')!r}: expected an integer >= 1")
     except ConfigError as exc:

@@ -23,7 +23,7 @@ def status(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db.runs import status_table
+    from results_db.store.runs import status_table
 
     try:
         engine = open_for_reading(args.db)
@@ -42,7 +42,7 @@ def status(argv: Sequence[str]) -> int:
     _print_binding(engine, args.study)
     if not (args.failed or args.runs or args.study):
         return 0
-    from results_db import run_rows
+    from results_db.store import run_rows
 
     from ..terminal.output import print_failed_runs, print_runs_table
 
@@ -73,7 +73,7 @@ def _print_counts(columns: list[str], rows: list[list]) -> None:
 
 def _print_sweep_drivers(engine, study: str | None) -> None:
     """Which sweeps (detached or not) hold unfinished runs, and whether each is still alive."""
-    from results_db.runs import HEARTBEAT_STALE_SECONDS, sweep_drivers
+    from results_db.store.runs import HEARTBEAT_STALE_SECONDS, sweep_drivers
 
     for d in sweep_drivers(engine, study):
         age = "no heartbeat" if d.heartbeat_age is None else f"heartbeat {d.heartbeat_age:.0f} s ago"
@@ -88,8 +88,8 @@ def _print_sweep_drivers(engine, study: str | None) -> None:
 
 
 def _print_binding(engine, study: str | None, shown: int = 5) -> None:
-    """Runs whose ranks ran where their configuration did not mean them to (results_db.binding)."""
-    from results_db.binding import flagged_runs
+    """Runs whose ranks ran where their configuration did not mean them to (results_db.analysis.binding)."""
+    from results_db.analysis.binding import flagged_runs
 
     flagged = flagged_runs(engine, study)
     for name, run_id, found in flagged[:shown]:
@@ -101,8 +101,8 @@ def _print_binding(engine, study: str | None, shown: int = 5) -> None:
 
 
 def _print_socket_runs(engine, study: str | None) -> None:
-    """GPU runs whose NCCL fell back to TCP sockets on a site with a network plugin (results_db.nccl)."""
-    from results_db.nccl import socket_runs
+    """GPU runs whose NCCL fell back to TCP sockets on a site with a network plugin (results_db.analysis.nccl)."""
+    from results_db.analysis.nccl import socket_runs
 
     for found in socket_runs(engine, study):
         print(f"WARNING {found.describe()}")
@@ -130,8 +130,8 @@ def query(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db import run_rows
-    from results_db.columns import RUN_COLUMNS, QueryError
+    from results_db.store import run_rows
+    from results_db.store.columns import RUN_COLUMNS, QueryError
 
     if args.list_columns:
         print("\n".join([*RUN_COLUMNS, "params.NAME", "metrics.NAME"]))
@@ -211,7 +211,8 @@ def compare(argv: Sequence[str]) -> int:
     if args.against or args.against_where:
         return compare_two_sets(args)
 
-    from results_db import compare, query
+    from results_db.analysis import compare
+    from results_db.store import query
 
     from ..terminal.output import render
 
@@ -223,8 +224,8 @@ def compare(argv: Sequence[str]) -> int:
             raise ValueError("--baseline AXIS=VALUE, or --study NAME to have the report's default baseline")
         ignore: list[str] = []
         if args.study:
-            from results_db.figures.data import load_study
-            from results_db.html_report.tables import default_baseline, dependent_axes
+            from results_db.report.figures.data import load_study
+            from results_db.report.html_report.tables import default_baseline, dependent_axes
 
             study_runs = load_study(engine, args.study, args.where)
             # axes that move with the swept ones (threads at one per worker): matched as the report does
@@ -252,7 +253,7 @@ def compare(argv: Sequence[str]) -> int:
 
 def compare_header(metric: str, baseline: str, better: str) -> str:
     """What compare's table rests on, in the words the docs' compare page explains."""
-    from results_db.confidence import LEVEL, MIN_REPEATS
+    from results_db.stats.confidence import LEVEL, MIN_REPEATS
 
     way = "this / baseline" if better == "higher" else "baseline / this"
     return (f"{metric} ({better} is better): mean ± std over repeats; speedup ({way}: above 1 is better) and "
@@ -262,10 +263,10 @@ def compare_header(metric: str, baseline: str, better: str) -> str:
 
 
 def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
-    """One line per group: where efficiency falls below ``threshold`` and stays below (``results_db.knee``)."""
-    from results_db.compare import OUTPUT_COLUMNS, parse_baseline
-    from results_db.confidence import LEVEL
-    from results_db.knee import knee
+    """One line per group: where efficiency falls below ``threshold`` and stays below (``results_db.stats.knee``)."""
+    from results_db.analysis.compare import OUTPUT_COLUMNS, parse_baseline
+    from results_db.stats.confidence import LEVEL
+    from results_db.stats.knee import knee
 
     from ..terminal.tables import cell
 
@@ -288,7 +289,8 @@ def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdou
 
 def compare_two_sets(args) -> int:
     """``compare --against``: B against A per configuration, with a verdict."""
-    from results_db import compare, query, regression
+    from results_db.analysis import compare, regression
+    from results_db.store import query
 
     from ..terminal.output import render
     from ..terminal.tables import percent_cell, registry_order, two_sets_shown
@@ -325,7 +327,7 @@ def compare_two_sets(args) -> int:
         if args.figure:
             from matplotlib.figure import Figure
 
-            from results_db.figures.regression_figure import draw_change
+            from results_db.report.figures.regression_figure import draw_change
 
             rows = int((table["verdict"].isin(("faster", "slower", "no evidence"))).sum())
             fig = Figure(figsize=(8.0, 1.5 + 0.35 * max(rows, 1)), layout="constrained")
@@ -356,7 +358,7 @@ def figures(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db.figures import catalog_lines
+    from results_db.report.figures import catalog_lines
 
     if args.list:
         print("\n".join(catalog_lines()))
@@ -364,9 +366,9 @@ def figures(argv: Sequence[str]) -> int:
     if not args.study:
         return fail("figures: give --study NAME (`scalestudy status` lists the studies)")
 
-    from results_db import query
-    from results_db.figures import FigureDataError, check_choices, render_study
-    from results_db.store import resolve_db_url, safe_url
+    from results_db.store import query
+    from results_db.report.figures import FigureDataError, check_choices, render_study
+    from results_db.store.connect import resolve_db_url, safe_url
 
     out = Path(args.out or Path("figures") / args.study)
     split = lambda text: [part.strip() for part in text.split(",") if part.strip()]  # noqa: E731
@@ -430,10 +432,10 @@ def report(argv: Sequence[str]) -> int:
     add_db_option(parser)
     args = parser.parse_args(argv)
 
-    from results_db import query
-    from results_db.figures import FigureDataError
-    from results_db.html_report import ReportError, build_report
-    from results_db.store import resolve_db_url, safe_url
+    from results_db.store import query
+    from results_db.report.figures import FigureDataError
+    from results_db.report.html_report import ReportError, build_report
+    from results_db.store.connect import resolve_db_url, safe_url
 
     out = Path(args.out or Path("reports") / args.study)
     url = resolve_db_url(args.db)

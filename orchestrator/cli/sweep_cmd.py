@@ -36,7 +36,7 @@ def sweep(argv: Sequence[str]) -> int:
     # writes into every run folder (and out of a detached driver's command line): a detached
     # driver gets it in its environment; this process holds it in memory, out of the
     # environment that its MPI jobs, batch jobs and Parsl's processes inherit.
-    from results_db.store import DB_URL_ENV, db_url_held
+    from results_db.store.connect import DB_URL_ENV, db_url_held
 
     for arg in [a for a in args if a.startswith("db_url=")]:
         os.environ[DB_URL_ENV] = arg.split("=", 1)[1].strip("'\"")

@@ -1,5 +1,5 @@
 """``scalestudy timeline RUN_ID``: a run's timeline as Chrome trace-event JSON, for Perfetto
-(ui.perfetto.dev) or ``chrome://tracing`` (the layout: ``results_db.chrome_trace``)."""
+(ui.perfetto.dev) or ``chrome://tracing`` (the layout: ``results_db.report.chrome_trace``)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def timeline(argv: Sequence[str]) -> int:
             return fail(f"--ranks {args.ranks}: expected rank numbers from 0 separated by commas, e.g. 0,1,255")
         ranks = sorted({int(x) for x in args.ranks.split(",")})
 
-    from results_db.chrome_trace import TraceError, write_chrome_trace
-    from results_db.columns import QueryError
+    from results_db.report.chrome_trace import TraceError, write_chrome_trace
+    from results_db.store.columns import QueryError
 
     out = Path(args.out or f"timeline-{args.run_id}.json")
     if not out.parent.is_dir():

@@ -124,7 +124,7 @@ def already_done(config: DictConfig, specs: Sequence[RunSpec]) -> tuple[set[str]
     """run_keys a real sweep would skip as done, read without writing anything (no database
     file is created, no schema migrated); and a note when the database could not say."""
     from results_db import connect
-    from results_db.store import missing_sqlite_file, resolve_db_url
+    from results_db.store.connect import missing_sqlite_file, resolve_db_url
 
     if OmegaConf.select(config, "rerun"):
         return set(), ""
@@ -132,8 +132,8 @@ def already_done(config: DictConfig, specs: Sequence[RunSpec]) -> tuple[set[str]
     if missing_sqlite_file(url) is not None:
         return set(), ""
     try:
-        from results_db.migrate import is_current
-        from results_db.runs import done_run_keys
+        from results_db.store.migrate import is_current
+        from results_db.store.runs import done_run_keys
 
         engine = connect(resolve_db_url(url), upgrade=False)
         try:

@@ -27,7 +27,7 @@ import functools
 import gc
 import logging
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
@@ -41,6 +41,9 @@ from ..driver_timing import timed
 from .job_returns import (absorbed, ended_return, failed_return, job_name, run_hydra_job, run_planned,
                           skipped_return, subdir_reads_hydra)
 from .observer import HydraJobsObserver, LaunchPlan, SweepJob, SweepObserver, job_size
+
+if TYPE_CHECKING:
+    from workloads.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class ParslLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
-        self.follow_ups: list[list[str]] = []   # jobs the last launch's observer asked for (SweepObserver)
+        self._observer: SweepObserver | None = None   # the last launch's: what its runs measured
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -202,11 +205,10 @@ class ParslLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
-        self.follow_ups = []
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        observer = self._make_observer()
+        observer = self._observer = self._make_observer()
         try:
             with timed("compose_jobs"):
                 jobs = self._compose(job_overrides, initial_job_idx, sweep_dir)
@@ -225,8 +227,12 @@ class ParslLauncher(Launcher):
         ordered = [results[j.idx] for j in jobs]
         with timed("report"):
             observer.close(ordered)
-        self.follow_ups = [list(job) for job in getattr(observer, "follow_ups", ())]
         return [absorbed(r) for r in ordered] if observer.absorbs_failures else ordered
+
+    def measured(self, metric: str) -> dict[int, tuple[RunSpec, float | None]]:
+        """What the last launch's runs measured (``SweepObserver.measured``): job idx -> (spec,
+        value of ``metric``), for the sweeper's repeats on demand."""
+        return {} if self._observer is None else self._observer.measured(metric)
 
     def _run(self, observer: SweepObserver, plan: LaunchPlan, to_run: list[SweepJob], results: dict[int, JobReturn],
              sweep_dir: Path, jobs: list[SweepJob]) -> None:

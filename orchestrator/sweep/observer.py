@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
@@ -21,6 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from ..site.allocation import BatchJob
 from ..site.config import SiteConfig, load_site, with_overrides
 from ..site.queues import plan_batch_jobs
+
+if TYPE_CHECKING:
+    from workloads.spec import RunSpec
 
 
 @dataclass
@@ -101,9 +104,14 @@ class SweepObserver(Protocol):
         (a retry; the observer has recorded the attempt that ended)."""
 
     def close(self, results: Sequence[JobReturn]) -> None:
-        """Called once all jobs ended (or the sweep was interrupted). An observer may then set
-        ``follow_ups``, override lists of jobs it asks to run next (repeats on demand); the
-        launcher hands them to the sweeper (``launcher.follow_ups``), which launches them."""
+        """Called once all jobs ended (or the sweep was interrupted)."""
+
+    def measured(self, metric: str) -> dict[int, tuple[RunSpec, float | None]]:
+        """After ``close``: each job of this launch, its spec and its run's value of ``metric`` (a
+        run column, or a metric the run reported; None where it did not finish, an earlier
+        sweep's run counting). Empty after a dry run or an interrupted sweep, and for an app without an
+        observer of its own. The sweeper's repeats on demand decide their second phase from it
+        (``sweeper.py``, through ``ParslLauncher.measured``)."""
 
 
 class HydraJobsObserver:
@@ -142,3 +150,6 @@ class HydraJobsObserver:
 
     def close(self, results: Sequence[JobReturn]) -> None:
         pass
+
+    def measured(self, metric: str) -> dict[int, tuple[RunSpec, float | None]]:
+        return {}   # nothing recorded: a sweep of the user's own app has no repeats on demand

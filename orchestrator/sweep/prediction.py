@@ -83,7 +83,7 @@ def _spec_steps(spec) -> int | None:
 
 def fitted_on(engine, run_ids) -> set[tuple[str, str, str]]:
     """(site, compute, device) of the runs a fit was made from."""
-    from results_db.run_rows import run_rows
+    from results_db.store.run_rows import run_rows
 
     rows = run_rows(engine, run_ids=list(run_ids), columns=["site", "compute", "device"])
     return {(str(site), str(compute or "real"), str(device or "cpu")) for site, compute, device in rows.rows}
@@ -96,9 +96,9 @@ def predict_sweep(db_url: str | None, site, indexed_specs: Sequence[tuple[int, A
     its node count's runs ``max_concurrent_runs`` at a time), capped at the site's
     max_walltime; empty unless every run has a prediction."""
     from results_db import connect
-    from results_db.migrate import is_current
-    from results_db.model_fits import latest_model_fit
-    from results_db.store import missing_sqlite_file, resolve_db_url
+    from results_db.store.migrate import is_current
+    from results_db.store.model_fits import latest_model_fit
+    from results_db.store.connect import missing_sqlite_file, resolve_db_url
 
     out = SweepPrediction()
     if not indexed_specs or missing_sqlite_file(db_url) is not None:

@@ -57,7 +57,7 @@ def sweep_command(argv: list[str] | None = None) -> str:
     """The command line this sweep was started with, as its user typed it (``scalestudy sweep ...``:
     the ``--multirun`` that ``sweep`` hands Hydra is its own), every database URL's password masked
     (an artifact's ``sweeps.txt`` is read from it, and re-run by a reader)."""
-    from results_db.store import safe_url
+    from results_db.store.connect import safe_url
 
     given = list(sys.argv if argv is None else argv)[1:]
     if given[:1] == ["--multirun"]:

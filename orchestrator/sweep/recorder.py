@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from results_db import connect
-from results_db.failpoints import failpoint
-from results_db.ingest import IngestError, ingest_run
-from results_db.runs import (HEARTBEAT_STALE_SECONDS, PlannedRun, claim, earlier_attempts_in, heartbeat,
+from results_db.store.failpoints import failpoint
+from results_db.ingest.folder import IngestError, ingest_run
+from results_db.store.runs import (HEARTBEAT_STALE_SECONDS, PlannedRun, claim, earlier_attempts_in, heartbeat,
                              mark_failed, mark_running, new_attempt, register_runs, set_run_dir)
-from results_db.store import safe_url
+from results_db.store.connect import safe_url
 from workloads.run_folder import SPEC_FILE, STARTED_FILE, finished, result_file
 from workloads.spec import RunSpec
 
@@ -82,8 +82,7 @@ class SweepRecorder:
         self._last_lost_check = 0.0
         self._ended_seen: dict[int, float] = {}          # job idx -> when its batch job was first seen ended
         self.predicted: dict[int, float] = {}            # job idx -> the run seconds the study's fit predicted
-        self.overrides: dict[int, list[str]] = {}        # job idx -> its override lines (repeats on demand)
-        self.follow_ups: list[list[str]] = []            # jobs asked for once this launch has ended
+        self.stopped = False                              # the sweep stopped before every run ended
 
     # -- before anything is submitted ---------------------------------------------------
 
@@ -96,7 +95,6 @@ class SweepRecorder:
         for job, spec in zip(jobs, admitted.specs):
             self.specs[job.idx] = spec
             self.labels[job.idx] = run_label(spec, swept)
-            self.overrides[job.idx] = list(job.overrides)
         plan = LaunchPlan(site=admitted.site, submit=[False] * len(jobs), batch_jobs=admitted.batch_jobs,
                           launcher_options={j.idx: launch_flags(admitted.site, s.threads_per_worker,
                                                                 s.workers_per_node, s.device)
@@ -104,9 +102,12 @@ class SweepRecorder:
         preset = preset_use(self.config)
         if OmegaConf.select(self.config, "dry_run"):
             from .dry_run import print_dry_run
+            from .repeats_on_demand import rule_of
 
             crowded = oversubscription_note(admitted.site, admitted.specs)
-            print_dry_run(admitted, jobs, self.labels, self._repeat_rule(), preset=preset,
+            # the sweeper's rule, as each job's config holds it (repeats.first_stage: set on every job)
+            rule = rule_of(jobs[0].config) if jobs and OmegaConf.select(jobs[0].config, "repeats.first_stage") else None
+            print_dry_run(admitted, jobs, self.labels, rule, preset=preset,
                           warnings=[*admitted.warnings, *([crowded] if crowded else [])],
                           show_scripts=bool(OmegaConf.select(self.config, "show_scripts")))
             return plan
@@ -428,37 +429,31 @@ class SweepRecorder:
             folders = sorted({str(self.jobs_dir)}) if self.jobs_dir else []
             self.console.print(f"[yellow]{len(self.not_ingested)} finished run(s) are not in the database yet; when "
                                f"it is back: scalestudy ingest {' '.join(folders)}[/yellow]")
-        if not outcome.stopped:
-            self.db.write("deciding repeats on demand", self._repeats_on_demand, study)
+        self.stopped = bool(outcome.stopped)
         self.engine.dispose()
 
-    def _repeat_rule(self):
-        """The sweep's repeats-on-demand rule, where the sweeper set one on its jobs."""
-        from .repeats_on_demand import rule_of
+    def measured(self, metric: str) -> dict[int, tuple[RunSpec, float | None]]:
+        """Each job of this launch: its spec and its run's value of ``metric`` (None where it did not
+        finish; an earlier sweep's run counts); empty after a dry run or an interrupted sweep
+        (SweepObserver)."""
+        if self.engine is None or self.stopped or not self.specs:
+            return {}
+        read: dict[int, tuple[RunSpec, float | None]] = {}
 
-        stages = {int(line.split("=", 1)[1]) for lines in self.overrides.values() for line in lines
-                  if line.startswith("repeats.first_stage=")}   # the sweeper's, on every job of the rule's sweeps
-        return rule_of(self.config, stages.pop()) if len(stages) == 1 else None
+        def values() -> None:
+            from results_db.store import query
 
-    def _repeats_on_demand(self, study: str) -> None:
-        """After a first stage (``repeats.first_stage`` set by the sweeper): the repeats each
-        configuration still needs, as ``follow_ups`` (``repeats_on_demand``)."""
-        rule = self._repeat_rule()
-        if rule is None or not any(s.repeat < rule.first_stage for s in self.specs.values()):
-            return   # no rule, or this is the second phase itself (and no pandas for a plain sweep)
-        from results_db import query
+            from .runspec import run_key
 
-        from .repeats_on_demand import decide, follow_up_jobs, summary
+            runs = query.runs(self.engine, study=OmegaConf.select(self.config, "study_name"), where="status=done")
+            if metric not in runs.columns:
+                runs = query.expand_json(runs, "metrics")
+            found = {} if metric not in runs.columns else \
+                {k: float(v) for k, v in zip(runs["run_key"], runs[metric]) if v is not None and v == v}
+            read.update({idx: (spec, found.get(run_key(spec))) for idx, spec in self.specs.items()})
 
-        runs = query.runs(self.engine, study=study, where="status=done")
-        column = rule.metric
-        if column not in runs.columns:
-            runs = query.expand_json(runs, "metrics")
-        values = {} if column not in runs.columns else \
-            {k: v for k, v in zip(runs["run_key"], runs[column]) if v is not None and v == v}
-        decisions = decide(rule, {i: (self.overrides[i], s) for i, s in self.specs.items()}, values)
-        self.follow_ups = follow_up_jobs(decisions, rule.first_stage)
-        self.console.print(summary(rule, decisions))
+        self.db.write("reading the first stage's results", values)
+        return read
 
 
 def oversubscription_note(site: SiteConfig, specs: Sequence[RunSpec]) -> str:

@@ -2,7 +2,7 @@
 asked (``repeats.until=0.03``: ±3 %), or ``repeats.most`` repeats, inside the same sweep.
 
 The sweep runs in two phases. The first is the sweep as written, whose ``repeat=0,1,2`` values are
-the first stage of Stein's two-stage rule (``results_db.sequential``); once it has ended, each
+the first stage of Stein's two-stage rule (``results_db.stats.sequential``); once it has ended, each
 configuration's first-stage results decide how many repeats it needs in all, and the second phase
 runs the missing ones (``repeat=3,4,...``), admitted, recorded and shown like any runs. The number
 depends on the first stage alone, so a sweep started again decides the same and runs only what is
@@ -13,7 +13,6 @@ coverage, ``tests/results_db/test_confidence_coverage.py``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -51,7 +50,7 @@ def rule_of(config: DictConfig, first_stage: int | None = None) -> RepeatRule | 
     until = _number("until", until, 0.0, 1.0)
     most = int(_number("most", OmegaConf.select(config, "repeats.most"), 0, None, whole=True))
     metric = OmegaConf.select(config, "repeats.metric")
-    from results_db.metric_facts import column_measures
+    from results_db.store.metric_facts import column_measures
 
     if not isinstance(metric, str) or not (metric in column_measures() or metric.startswith("metrics.")):
         raise ConfigError("repeats.metric", metric, f"expected a measured run column ({', '.join(sorted(column_measures()))}) "
@@ -81,10 +80,11 @@ def first_stage(jobs: Sequence[Sequence[str]]) -> int:
 
 
 def configuration_key(spec: RunSpec) -> str:
-    """What a configuration's repeats share: the run's identity less its repeat and seed."""
-    from .runspec import run_key
+    """What a configuration's repeats share: the fields that group stored runs
+    (results_db/analysis/configuration.py, the one definition)."""
+    from results_db.analysis.configuration import configuration_key as key_of
 
-    return run_key(dataclasses.replace(spec, repeat=0, seed=0))
+    return key_of(spec.to_dict())
 
 
 @dataclass
@@ -100,7 +100,7 @@ def decide(rule: RepeatRule, jobs: Mapping[int, tuple[list[str], RunSpec]],
            values: Mapping[str, float]) -> list[Decision]:
     """Per configuration of the sweep's first stage: how many repeats in all (``values``: run
     key -> the finished run's metric value)."""
-    from results_db.sequential import stein_repeats
+    from results_db.stats.sequential import stein_repeats
 
     from .runspec import run_key
 
@@ -135,7 +135,7 @@ def follow_up_jobs(decisions: Sequence[Decision], first_stage: int) -> list[list
 
 def summary(rule: RepeatRule, decisions: Sequence[Decision]) -> str:
     """One line after the first stage: what the rule decided."""
-    from results_db.sequential import half_width
+    from results_db.stats.sequential import half_width
 
     more = [d for d in decisions if d.total > rule.first_stage and not d.reason]
     enough = [d for d in decisions if d.total == rule.first_stage and not d.reason]

@@ -301,7 +301,7 @@ def _check_program(argv: tuple[str, ...]) -> None:
 
 
 def _metric_patterns(value: Any) -> dict[str, dict[str, Any]]:
-    from results_db.columns import RUN_COLUMNS
+    from results_db.store.columns import RUN_COLUMNS
 
     if value in (None, {}):
         return {}

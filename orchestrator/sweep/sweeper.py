@@ -13,13 +13,15 @@ ones Hydra's plugin documentation and its own sweeper plugins use: ``Sweeper``,
 ``tests/orchestrator/test_sweeper.py`` checks its jobs equal the basic sweeper's, on each Hydra CI runs.
 A study of the user's own (``study_name=`` given, ``study=`` not) takes no grid from the default
 preset: its ``hydra.sweeper.params`` are left out, and it sweeps what the command line sweeps
-(``preset``). With ``repeats.until`` it runs a second phase of the jobs the launcher's observer asks for once
-the first has ended (``repeats_on_demand``: the repeats each configuration still needs).
+(``preset``). With ``repeats.until`` it decides, from the rule it was given and what the first
+phase's runs measured (``SweepObserver.measured``, through the launcher), the repeats each
+configuration still needs, and runs them as a second phase (``repeats_on_demand``).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -89,14 +91,30 @@ class ScalestudySweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns: List[Sequence[JobReturn]] = []
         initial_job_idx = 0
-        follow_ups: List[List[str]] = []
+        first_stage: Dict[int, tuple] = {}   # job idx -> (its overrides, its spec, its value): the rule's
         for batch in batches(jobs, self.max_batch_size):
-            initial_job_idx = self._launch(batch, initial_job_idx, returns)
-            follow_ups += getattr(self.launcher, "follow_ups", [])
-        if follow_ups:   # repeats on demand: the second phase, decided by the first (repeats_on_demand)
+            start, initial_job_idx = initial_job_idx, self._launch(batch, initial_job_idx, returns)
+            if rule is not None:
+                measured = self.launcher.measured(rule.metric)
+                first_stage.update({i: (batch[i - start], *measured[i]) for i in range(start, initial_job_idx)
+                                    if i in measured})
+        follow_ups = self._follow_ups(rule, first_stage) if rule is not None and first_stage else []
+        if follow_ups:   # repeats on demand: the second phase, decided by the first
             for batch in batches(follow_ups, self.max_batch_size):
                 initial_job_idx = self._launch(batch, initial_job_idx, returns)
         return returns
+
+    @staticmethod
+    def _follow_ups(rule, first_stage: Dict[int, tuple]) -> List[List[str]]:
+        """The repeats each configuration still needs (``repeats_on_demand.decide``), said in one line."""
+        from .repeats_on_demand import decide, follow_up_jobs, summary
+        from .runspec import run_key
+
+        specs = {i: (first_stage[i][0], first_stage[i][1]) for i in first_stage}
+        values = {run_key(spec): value for _, spec, value in first_stage.values() if value is not None}
+        decisions = decide(rule, specs, values)
+        print(summary(rule, decisions), file=sys.stderr, flush=True)   # beside the sweep's progress
+        return follow_up_jobs(decisions, rule.first_stage)
 
     def _launch(self, batch: List[List[str]], initial_job_idx: int, returns: List[Sequence[JobReturn]]) -> int:
         from .launcher import ParslLauncher
@@ -122,4 +140,10 @@ class ScalestudySweeper(Sweeper):
                 raise ConfigError(key, override.input_line, "repeats.* set the sweep's rule: one value, not a sweep")
         if OmegaConf.select(self.config, "repeats.until") is None:
             return None
+        from .launcher import ParslLauncher
+
+        if not isinstance(self.launcher, ParslLauncher):   # only its observer says what the runs measured
+            from ..errors import ConfigError
+            raise ConfigError("repeats.until", OmegaConf.select(self.config, "repeats.until"),
+                              "repeats on demand run through scalestudy's launcher (hydra/launcher=parsl)")
         return rule_of(self.config, first_stage(jobs))

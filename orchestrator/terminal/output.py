@@ -1,6 +1,6 @@
 """Query results for the terminal (rich) or for other programs (CSV, JSON, Parquet).
 
-Tables arrive as plain rows (``results_db.run_rows.Rows``) or as DataFrames (``compare``);
+Tables arrive as plain rows (``results_db.store.run_rows.Rows``) or as DataFrames (``compare``);
 nothing here imports pandas, so ``status`` and ``query`` start in half the time (pandas is
 imported only to write Parquet).
 """
@@ -16,9 +16,9 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
-from results_db import run_rows
-from results_db.columns import FAILED_STATES
-from results_db.run_rows import Rows, missing
+from results_db.store import run_rows
+from results_db.store.columns import FAILED_STATES
+from results_db.store.run_rows import Rows, missing
 from workloads.run_folder import LOG_FILE
 
 from .tables import RESULTS, SUMMARY_FIELDS, cell, rows_table
@@ -102,7 +102,7 @@ def render(data, fmt: str = "table", title: str | None = None, out: str | None =
     if fmt == "parquet":
         if not out:
             raise ValueError("--format parquet writes a binary file: give --out FILE.parquet")
-        from results_db.query import frame_of
+        from results_db.store.query import frame_of
 
         (frame_of(data) if isinstance(data, Rows) else data).to_parquet(out, index=False)
         return

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, select
 
-from results_db.schema import Run
+from results_db.store.schema import Run
 from workloads.spec import FIELDS
 
 # the fields the registry marks for summaries (seed included: repeats are not duplicate rows)
@@ -71,7 +71,7 @@ def registry_order(columns: Sequence[str]) -> list[str]:
 def compare_display(frame, metric: str):
     """``compare``'s table as a terminal shows it: each value beside its interval (or why it has
     none), so that a comparison fits 80 columns (CSV, JSON and Parquet keep every column apart)."""
-    from results_db.compare import OUTPUT_COLUMNS
+    from results_db.analysis.compare import OUTPUT_COLUMNS
 
     hidden = set(OUTPUT_COLUMNS(metric)) | {"energy_kj_mean"}
     axes = registry_order([c for c in frame.columns if c not in hidden])

@@ -10,11 +10,11 @@ import sys
 import time
 
 from results_db import connect
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.spec import RunSpec
 
-from results_db import event_files
+from results_db.store import event_files
 
 
 

@@ -6,8 +6,8 @@
 import sys
 
 from results_db import connect
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, heartbeat, mark_running, register_runs
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, heartbeat, mark_running, register_runs
 from workloads.spec import RunSpec
 
 url, study, run_dir, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run
+from results_db.store.schema import Run
 
 from conftest import (BIN, REPO, SYSTEM_HYDRA, SYSTEM_LIBMPICH, needs_system_mpi, overlapping_runs, run_lifetime,
                       scalestudy, system_mpi_lib)

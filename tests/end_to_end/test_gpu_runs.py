@@ -150,10 +150,10 @@ def test_gpu_facts_are_stored_shown_and_missing_where_absent(tmp_path, finished_
     """A run whose ranks recorded GPU facts (written here in the contract's format) gets them in
     SQL and in the report; a CPU run gets them as missing, never as 0."""
     from results_db import connect
-    from results_db.html_report import build_report
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Run
+    from results_db.report.html_report import build_report
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
+    from results_db.store.schema import Run
     from sqlalchemy.orm import Session
     from workloads.metrics import MetricsWriter, write_result
     from workloads.spec import RunSpec
@@ -363,10 +363,10 @@ def test_the_network_nccl_used_is_recorded_and_a_socket_run_flagged(tmp_path):
     a site with a plugin is flagged by ``scalestudy status`` and in the report, one that used the
     plugin is not."""
     from results_db import connect
-    from results_db.html_report import build_report
-    from results_db.ingest import ingest_run
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Run
+    from results_db.report.html_report import build_report
+    from results_db.ingest.folder import ingest_run
+    from results_db.store.runs import PlannedRun, register_runs
+    from results_db.store.schema import Run
     from sqlalchemy.orm import Session
     from workloads.metrics import MetricsWriter, write_result
     from workloads.nccl_network import LOG_DIR, PLUGIN_ENV, network_facts

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import RankSummary, Run
+from results_db.store.schema import RankSummary, Run
 
 from conftest import REPO, overlapping_runs, run_lifetime, scalestudy
 

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Eval, RankSummary, Run, Step
+from results_db.store.schema import Eval, RankSummary, Run, Step
 
 from conftest import REPO, scalestudy
 

@@ -22,10 +22,12 @@ from orchestrator.sweep import schema as config_schema
 from orchestrator.terminal.output import SUMMARY_COLUMNS
 from orchestrator.terminal.tables import SWEEP_COLUMNS
 from orchestrator.sweep.runspec import build_run_spec, run_key
-from results_db import compare, connect, query
-from results_db.figures import render_study
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Base, Run, Step, runs_table
+from results_db import connect
+from results_db.analysis import compare, configuration
+from results_db.store import query
+from results_db.report.figures import render_study
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Base, Run, Step, runs_table
 from workloads.spec import CONFIG_FIELDS, FIELDS, IDENTITY_FIELDS, RunSpec
 
 from conftest import scalestudy
@@ -44,7 +46,7 @@ def test_every_layer_derives_from_the_registry():
     # run of its own)
     repeats_of_one = {f.name for f in FIELDS if f.identity and not f.grouping}
     assert repeats_of_one == {"seed", "repeat", "seed_per_repeat", "timeline_steps", "timeline_ranks"}
-    assert set(compare.CONFIG_AXES) == set(IDENTITY_FIELDS) - repeats_of_one == set(CONFIG_FIELDS)
+    assert set(configuration.CONFIG_AXES) == set(IDENTITY_FIELDS) - repeats_of_one == set(CONFIG_FIELDS)
     for table in (SUMMARY_COLUMNS, SWEEP_COLUMNS):
         assert "seed" in table and all(c in query.RUN_COLUMNS for c in table)
     # the Hydra schema holds exactly the registry's config keys, the workload keys, the sweep settings

@@ -111,7 +111,7 @@ def test_a_database_written_before_the_exit_is_closed_without_wal_files(tmp_path
         from sqlalchemy import text
 
         def main():
-            from results_db.store import connect
+            from results_db.store.connect import connect
             engine = connect("sqlite:///{tmp_path / 'db.sqlite'}", upgrade=False)
             with engine.begin() as c:
                 c.execute(text("create table t (x int)"))

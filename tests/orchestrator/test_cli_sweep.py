@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import RankSummary, Run, Step
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import RankSummary, Run, Step
 from workloads.spec import RunSpec
 
 from conftest import scalestudy

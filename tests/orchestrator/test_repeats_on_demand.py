@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from results_db import compare, connect, query
+from results_db import connect
+from results_db.analysis import compare
+from results_db.store import query
 
 from conftest import scalestudy
 
@@ -47,7 +49,7 @@ def test_a_configuration_gets_the_repeats_its_interval_needs_and_no_more(tmp_pat
     # every run records the first stage's size, and compare takes the variance from it (Stein):
     # var(100, 101, 102) = 1 over 5 repeats' mean, not var(100..104) = 2.5
     assert {compare._first_stage_of(c) for c in runs["config"]} == {3.0}
-    from results_db import confidence
+    from results_db.stats import confidence
     baseline = [100.0, 100.5, 99.5]
     est = confidence.ratio_estimate(sorted(runs["throughput"]), baseline, first_stage=(3, None))
     assert est.log_se == pytest.approx(math.sqrt(confidence_of([100, 101, 102, 103, 104], first=3)
@@ -100,3 +102,28 @@ def test_the_first_stage_must_start_at_zero(tmp_path):
     one = scalestudy("sweep", "study_name=bad", "nodes=1", "workers_per_node=1", *PROGRAM, "repeats.until=0.05",
                      f"hydra.sweep.dir={tmp_path / 'mr'}", cwd=tmp_path)
     assert one.returncode == 2 and "first stage of at least 2 repeats" in one.stderr
+
+
+def test_the_sweeper_asks_through_a_declared_method_and_the_observers_answer_it():
+    """The sweeper decides the second phase from what the first measured, asked through
+    ``SweepObserver.measured`` (declared, implemented by both observers, relayed by the launcher),
+    not through an attribute an observer may or may not set; and the recorder decides nothing."""
+    import ast
+    import inspect
+
+    from orchestrator.sweep import launcher, observer, recorder, sweeper
+
+    declared = {name for name, _ in inspect.getmembers(observer.SweepObserver, inspect.isfunction)
+                if not name.startswith("__")}
+    assert "measured" in declared
+    for implementation in (observer.HydraJobsObserver, recorder.SweepRecorder):
+        assert declared <= {n for n, _ in inspect.getmembers(implementation, inspect.isfunction)}, implementation
+    assert observer.HydraJobsObserver("local", {}).measured("throughput") == {}
+    assert "measured" in vars(launcher.ParslLauncher)
+    for module in (sweeper, launcher, recorder):
+        tree = ast.parse(inspect.getsource(module))
+        side_channels = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+                         and getattr(node.func, "id", None) == "getattr" and len(node.args) > 1
+                         and isinstance(node.args[1], ast.Constant) and node.args[1].value == "follow_ups"]
+        assert side_channels == [], module.__name__
+    assert "decide(" not in inspect.getsource(recorder) and "repeats.first_stage=" not in inspect.getsource(recorder)

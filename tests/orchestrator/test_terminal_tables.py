@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from orchestrator.terminal.tables import SWEEP_TABLE_WIDTH, print_sweep_table, registry_order, shorten
 from results_db import connect
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Run
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Run
 from workloads.spec import RunSpec
 
 from conftest import scalestudy

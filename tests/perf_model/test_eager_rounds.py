@@ -101,7 +101,7 @@ def test_the_fit_records_the_catch_up_its_runs_ran(tmp_path):
     from perf_model.shape import workload_shapes
     from perf_model.study import load_study
     from results_db import connect
-    from results_db.schema import Run
+    from results_db.store.schema import Run
 
     from perf_synthetic import write_study
 

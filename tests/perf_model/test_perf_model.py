@@ -102,7 +102,7 @@ def test_model_fit_reads_a_stored_study_and_stores_the_fit(tmp_path):
     """A synthetic study in SQLite (rows made by the model with known parameters, through the
     ORM): ``scalestudy model fit`` recovers them through the query API and stores the fit."""
     from results_db import connect
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     from conftest import scalestudy
     from perf_synthetic import write_study

@@ -142,7 +142,7 @@ def test_a_run_pinned_to_fewer_cpus_counts_its_crowding_on_them(tmp_path):
     assert sorted(zip(points["ranks"], points["ranks_per_core"])) == [(2, 1.0), (2, 1.0), (4, 2.0), (4, 4.0),
                                                                       (8, 8.0), (8, 8.0)]
     # the same runs read on the site's 2 cores: the pinned runs' crowding lands on fewer ranks per core
-    from results_db.schema import Run
+    from results_db.store.schema import Run
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
@@ -163,7 +163,7 @@ def test_runs_recording_more_cpus_than_the_site_are_counted_on_the_sites(tmp_pat
     from perf_model.model import fit_study
     from orchestrator.site.model_inputs import host_of_site_name
     from results_db import connect
-    from results_db.schema import Run
+    from results_db.store.schema import Run
 
     engine = connect(f"sqlite:///{tmp_path / 'roomy.db'}")
     _crowded_study(engine, ((8, 2), (8, 4), (8, 8), (16, 2), (16, 4), (16, 8)), 0.004)
@@ -181,7 +181,7 @@ def test_prediction_crowds_the_fit_host_and_not_a_site_with_cores(tmp_path):
     from orchestrator.site.model_inputs import host_of, host_of_site_name
     from orchestrator.site.config import load_site
     from results_db import connect
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     engine = connect(f"sqlite:///{tmp_path / 'p.db'}")
     _crowded_study(engine, ((8, 2), (8, 4), (8, 8)), 0.004)

@@ -180,7 +180,7 @@ def test_model_predict_prints_the_table_and_draws_the_figure(fitted):
 
     from conftest import scalestudy
     from results_db import connect
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     tmp, url = fitted
     out = scalestudy("model", "predict", "--study", "syn", "--db", url, "--nodes", "1,2,...,16",
@@ -282,7 +282,7 @@ def test_dry_run_shows_predicted_times_and_asks_for_their_walltime(tmp_path):
     from orchestrator.sweep.prediction import predicted_run_seconds
     from perf_synthetic import write_study
     from results_db import connect
-    from results_db.model_fits import latest_model_fit
+    from results_db.store.model_fits import latest_model_fit
 
     tmp, url = tmp_path, f"sqlite:///{tmp_path / 'p.db'}"
     write_study(connect(url), site="polaris")
@@ -395,7 +395,7 @@ def test_a_fit_of_emulated_runs_sets_no_walltime(tmp_path):
     from conftest import scalestudy
     from perf_synthetic import write_study
     from results_db import connect
-    from results_db.schema import Run
+    from results_db.store.schema import Run
 
     url = f"sqlite:///{tmp_path / 'e.db'}"
     engine = connect(url)
@@ -434,8 +434,9 @@ def test_predict_shows_the_bands_coverage_of_the_studys_own_runs(tmp_path):
     from conftest import scalestudy
     from perf_model.measured import measured_throughput
     from perf_synthetic import write_study
-    from results_db import connect, query
-    from results_db.model_fits import latest_model_fit
+    from results_db import connect
+    from results_db.store import query
+    from results_db.store.model_fits import latest_model_fit
 
     url = f"sqlite:///{tmp_path / 'c.db'}"
     engine = connect(url)

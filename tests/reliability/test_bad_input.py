@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from results_db import connect
-from results_db.runs import PlannedRun, register_runs
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.spec import RunSpec
 
 from conftest import REPO, scalestudy
@@ -79,7 +79,7 @@ def seeded(tmp_path, finished_run):
     engine = connect(f"sqlite:///{db}")
     spec = RunSpec.load(finished_run / "spec.json").to_dict()
     [d] = register_runs(engine, "smoke", [PlannedRun("seeded", spec, str(finished_run))])
-    from results_db.ingest import ingest_run
+    from results_db.ingest.folder import ingest_run
 
     ingest_run(engine, d.run_id, finished_run)
     engine.dispose()

@@ -16,7 +16,7 @@ from sqlalchemy import MetaData, select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run, Step
+from results_db.store.schema import Run, Step
 
 from conftest import scalestudy
 

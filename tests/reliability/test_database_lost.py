@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run, Step
+from results_db.store.schema import Run, Step
 
 from conftest import REPO, _fresh_postgres, env_with_bin, scalestudy
 

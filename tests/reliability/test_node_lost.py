@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from workloads.run_folder import LOG_FILE
 from orchestrator.sweep.attempts import node_failure as _node_failure
 from results_db import connect
-from results_db.schema import Run
+from results_db.store.schema import Run
 
 from conftest import REPO, env_with_bin
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run
+from results_db.store.schema import Run
 
 from conftest import REPO, scalestudy
 

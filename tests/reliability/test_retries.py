@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run
+from results_db.store.schema import Run
 
 from conftest import scalestudy
 
@@ -161,7 +161,7 @@ def test_a_run_taken_over_by_another_sweep_is_not_retried_or_marked_by_the_first
     """Driver A was frozen past the stale time; sweep B took its run over in place. When A
     wakes up and sees its attempt fail, it must neither record that failure over B's attempt
     nor start a new attempt (the run would then execute twice)."""
-    from results_db.runs import PlannedRun, mark_failed, new_attempt, register_runs
+    from results_db.store.runs import PlannedRun, mark_failed, new_attempt, register_runs
 
     engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
     spec = {"study": "s", "nodes": 1, "workers_per_node": 1, "batch_size": 8}

@@ -11,9 +11,10 @@ import subprocess
 import pytest
 from sqlalchemy import func, select
 
-from results_db import connect, query
-from results_db.schema import Eval, Run, Step
-from results_db.study_copy import run_tables
+from results_db import connect
+from results_db.store import query
+from results_db.store.schema import Eval, Run, Step
+from results_db.store.study_copy import run_tables
 
 from conftest import REPO, scalestudy
 
@@ -167,7 +168,7 @@ def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
 def test_a_recorded_command_leaves_accounts_out_however_they_were_written():
     """``account=``, ``+account=`` and a quoted value with a space: none survives in what an artifact
     writes, unless the packer asked for accounts; every other word is kept as recorded."""
-    from results_db.artifact import _shareable_command
+    from results_db.publish.artifact import _shareable_command
 
     for given in ("scalestudy sweep nodes=1 account=secret_project", "scalestudy sweep nodes=1 +account=secret_project",
                   "scalestudy sweep nodes=1 'account=secret project'"):

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from conftest import scalestudy
 from results_db import connect
-from results_db.schema import Event, Step
+from results_db.store.schema import Event, Step
 
 US = 1e6
 
@@ -168,7 +168,7 @@ def test_report_links_each_runs_timeline(tmp_path):
     """The HTML report writes a trace per run with a timeline, links it, and drops the
     traces of runs no longer in the study when rebuilt."""
     from perf_synthetic import write_study
-    from results_db.html_report import build_report
+    from results_db.report.html_report import build_report
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     engine = connect(url)

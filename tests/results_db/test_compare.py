@@ -9,9 +9,10 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from results_db import compare, connect
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Run
+from results_db import connect
+from results_db.analysis import compare
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Run
 from workloads.spec import RunSpec
 
 from conftest import scalestudy

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run, Step, Study
+from results_db.store.schema import Run, Step, Study
 
 from conftest import REPO, env_with_bin
 

@@ -12,9 +12,12 @@ from sqlalchemy.orm import Session
 
 from scipy import stats
 
-from results_db import compare, confidence, connect, knee, multiplicity, power, query, regression
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Run
+from results_db import connect
+from results_db.analysis import compare, regression
+from results_db.stats import confidence, knee, multiplicity, power
+from results_db.store import query
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Run
 from workloads.spec import RunSpec
 
 from conftest import scalestudy
@@ -181,7 +184,7 @@ def db(tmp_path):
 
 def test_compare_sets_finds_the_change_and_only_it(db):
     engine = connect(db)
-    from results_db import query
+    from results_db.store import query
     table = regression.compare_sets(query.runs(engine, study="old"), query.runs(engine, study="new")).set_index("nodes")
     assert table.loc[2, "verdict"] == "faster" and table.loc[2, "change"] == pytest.approx(181.0 / 151.0)
     assert table.loc[1, "verdict"] == "no evidence"

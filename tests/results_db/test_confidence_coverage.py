@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from results_db import confidence, knee, multiplicity, power, sequential
+from results_db.stats import confidence, knee, multiplicity, power, sequential
 
 SCALE = 4 if os.environ.get("SCALESTUDY_FAST_LANE") else 1   # the fast lane: a quarter of the trials
 FULL_TRIALS = 4000

@@ -15,11 +15,13 @@ import sys
 import pandas as pd
 import pytest
 
-from results_db import connect, event_files, event_sink, ingest, query
-from results_db.ingest import IngestError, ingest_run
-from results_db.rank_files import RankFileReader
-from results_db.runs import PlannedRun, register_runs
-from results_db.timeline import step_stats
+from results_db import connect
+from results_db.store import event_files, query
+from results_db.ingest import event_sink, folder as ingest
+from results_db.ingest.folder import IngestError, ingest_run
+from results_db.ingest.rank_files import RankFileReader
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.ingest.timeline import step_stats
 from workloads.spec import RunSpec
 
 from conftest import REPO, mpiexec, scalestudy, write_spec
@@ -94,8 +96,8 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
         assert conn.execute(text("select count(*) from events")).scalar() == 0
     _same(file_engine, file_id, table_engine, table_id)
 
-    from results_db import rank_files
-    from results_db.timeline import StepStats
+    from results_db.ingest import rank_files
+    from results_db.ingest.timeline import StepStats
 
     folds = []
     add = StepStats.add
@@ -337,7 +339,7 @@ def test_runs_named_by_earlier_versions_still_read_and_a_rerun_leaves_their_old_
     import pyarrow.parquet as pq
     from sqlalchemy import update
 
-    from results_db.schema import Run
+    from results_db.store.schema import Run
 
     monkeypatch.delenv(event_files.EVENTS_DIR_ENV, raising=False)
     run_dir = tmp_path / "run"
@@ -378,7 +380,7 @@ def test_event_lines_are_found_as_a_line_by_line_reading_finds_them():
     line without its newline (never diverted: it may be cut off)."""
     import random
 
-    from results_db.rank_files import split_lines
+    from results_db.ingest.rank_files import split_lines
 
     prefixes = RankFileReader.DIVERT_PREFIXES
     shapes = [prefixes[0] + b'"step":1,"phase":"x","t0":1,"t1":2}\n', b"\n", b"{}\n", prefixes[0] + b"\n",
@@ -402,7 +404,7 @@ def test_the_fused_lists_key_is_renamed_as_bytes_replace_renames_it():
     (escaped, so never the key), lists of counts; and untouched input comes back as it was."""
     import random
 
-    from results_db.event_sink import _LIST_KEY, _LIST_KEY_PARSED, rename_list_keys
+    from results_db.ingest.event_sink import _LIST_KEY, _LIST_KEY_PARSED, rename_list_keys
 
     pieces = [_LIST_KEY, b'"tensors":3', b'"tensor":"a[b"', b'"x":"\\"tensors\\":[1]"', b"[", b'["a","b"]',
               b'"tensorsX":[', b",", b"\n", b'{"type":"event"}']
@@ -424,7 +426,7 @@ def test_a_bad_line_early_in_a_long_file_is_named_and_the_read_ahead_thread_ends
     is named by file and line, and the thread stops instead of reading the rest (or hanging)."""
     import threading
 
-    from results_db import rank_files
+    from results_db.ingest import rank_files
 
     monkeypatch.setattr(rank_files, "BLOCK", 2048)
     run_dir = tmp_path / "run"

@@ -14,10 +14,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.figures import FigureDataError, render_study
-from results_db.figures import data as fd
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Eval, Event, Round, Run, Step, StepStat
+from results_db.report.figures import FigureDataError, render_study
+from results_db.report.figures import data as fd
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Eval, Event, Round, Run, Step, StepStat
 from workloads.spec import RunSpec
 
 from conftest import scalestudy

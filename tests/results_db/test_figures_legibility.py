@@ -12,12 +12,12 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cli import main
 from results_db import connect
-from results_db.figures import CATALOG, render_study
-from results_db.figures import data as fd
-from results_db.figures import derived, draw
-from results_db.figures.data import PHASE_LABELS
-from results_db.ingest import _derive_step_stats
-from results_db.schema import Event, Step
+from results_db.report.figures import CATALOG, render_study
+from results_db.report.figures import data as fd
+from results_db.report.figures import derived, draw
+from results_db.report.figures.data import PHASE_LABELS
+from results_db.ingest.folder import _derive_step_stats
+from results_db.store.schema import Event, Step
 
 from test_report import add_runs
 

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from results_db import connect
-from results_db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
+from results_db.store.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 
 from conftest import scalestudy
 
@@ -62,7 +62,7 @@ def test_upgrade_keeps_the_data_of_an_earlier_revision(db_url):
     indexes = {i["name"] for i in inspect(engine).get_indexes("runs")}
     assert {"ix_runs_study_algorithm_nodes", "ix_runs_study_status_latest"} <= indexes   # 0005: status counts
     # 0004: the old run is its first and latest attempt; (study, run_key) no longer unique, the attempt is
-    from results_db.runs import new_attempt
+    from results_db.store.runs import new_attempt
 
     with engine.connect() as conn:
         assert tuple(conn.execute(text("select attempt, latest from runs")).one()) == (1, True)
@@ -87,7 +87,7 @@ def test_db_command_upgrades_and_reports(tmp_path):
 
 def test_head_constant_is_alembics_head():
     """``migrate.HEAD`` lets an up-to-date database open without Alembic; it must name the newest revision."""
-    from results_db.migrate import HEAD
+    from results_db.store.migrate import HEAD
 
     assert HEAD == head_revision()
 
@@ -129,7 +129,7 @@ def test_every_revision_downgrades_and_upgrades_again_to_the_same_schema(db_url)
     runs (a broken one fails here, not on a user's database), and head is head again. On the
     way, 0004's downgrade keeps a run's latest attempt with its measurements and drops the
     earlier attempt's, which the old (study_id, run_key) constraint cannot hold."""
-    from results_db.runs import new_attempt
+    from results_db.store.runs import new_attempt
 
     _old_database(db_url)                  # run 7 with 3 steps, at 0001
     engine = connect(db_url)               # to head

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from conftest import scalestudy
-from results_db import connect, query
+from results_db import connect
+from results_db.store import query
 
 mlflow = pytest.importorskip("mlflow", reason="the [mlflow] extra (mlflow-skinny) is not installed")
 
@@ -20,7 +21,7 @@ mlflow = pytest.importorskip("mlflow", reason="the [mlflow] extra (mlflow-skinny
 def study(tmp_path):
     """Two finished synthetic runs and one still pending."""
     from perf_synthetic import write_study
-    from results_db.runs import PlannedRun, register_runs
+    from results_db.store.runs import PlannedRun, register_runs
     from workloads.spec import RunSpec
 
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -139,7 +140,7 @@ def test_two_exports_at_once_keep_each_others_runs(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from perf_synthetic import write_study
-    from results_db.mlflow_export import export_study
+    from results_db.publish.mlflow_export import export_study
 
     engines = [connect(f"sqlite:///{tmp_path / f'{side}.db'}") for side in "ab"]
     write_study(engines[0], "syn", configs=((8, 2),))
@@ -191,7 +192,7 @@ def test_two_exports_of_the_same_runs_at_once_leave_one_copy(tmp_path, monkeypat
     from mlflow.tracking import MlflowClient
 
     from perf_synthetic import write_study
-    from results_db.mlflow_export import export_study
+    from results_db.publish.mlflow_export import export_study
 
     engine = connect(f"sqlite:///{tmp_path / 'a.db'}")
     write_study(engine, "syn", configs=((8, 2),))

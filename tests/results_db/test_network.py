@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from results_db.network import fit_network
+from results_db.analysis.network import fit_network
 from workloads.allreduce_traffic import RABENSEIFNER, RING, node_link_bytes
 
 from conftest import mpiexec, scalestudy
@@ -217,7 +217,7 @@ def test_a_network_study_is_read_back_beside_the_nominal_numbers(tmp_path):
     run's stored busbw is its algbw x 2(4-1)/4 at full precision, and the fit over it uses MPICH's
     traffic (2(N-1)/N x S per node)."""
     from results_db import connect
-    from results_db.network import measurements
+    from results_db.analysis.network import measurements
 
     db = f"sqlite:///{tmp_path / 'r.db'}"
     sweep = scalestudy("sweep", "study=network", "workers_per_node=2", "params.seconds=0.02", f"db_url={db}",
@@ -253,8 +253,8 @@ def test_a_network_study_of_2_nodes_of_2_ranks_on_local_slurm(tmp_path, slurm_cl
     from sqlalchemy.orm import Session
 
     from results_db import connect
-    from results_db.network import measurements
-    from results_db.schema import RankSummary, Run
+    from results_db.analysis.network import measurements
+    from results_db.store.schema import RankSummary, Run
 
     db = f"sqlite:///{tmp_path / 'r.db'}"
     sweep = scalestudy("sweep", "study=network", "site=local_slurm", "nodes=2", "workers_per_node=2",
@@ -288,9 +288,9 @@ def test_achieved_busbw_is_a_lower_bound_from_large_fused_allreduces(tmp_path):
     from sqlalchemy.orm import Session
 
     from results_db import connect
-    from results_db.network import achieved
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Event, Run
+    from results_db.analysis.network import achieved
+    from results_db.store.runs import PlannedRun, register_runs
+    from results_db.store.schema import Event, Run
     from workloads.spec import RunSpec
 
     db = f"sqlite:///{tmp_path / 'r.db'}"

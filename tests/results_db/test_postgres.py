@@ -8,7 +8,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.schema import Run
+from results_db.store.schema import Run
 
 from conftest import _fresh_postgres, scalestudy
 

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cli import main
 from results_db import connect
-from results_db.figures import data as fd
-from results_db.figures import render_study
-from results_db.html_report import ReportError, build_report
-from results_db.runs import PlannedRun, mark_failed, register_runs
-from results_db.schema import Eval, Run
+from results_db.report.figures import data as fd
+from results_db.report.figures import render_study
+from results_db.report.html_report import ReportError, build_report
+from results_db.store.runs import PlannedRun, mark_failed, register_runs
+from results_db.store.schema import Eval, Run
 from workloads.spec import RunSpec
 
 from conftest import scalestudy
@@ -99,7 +99,7 @@ def test_configuration_table_against_hand_computation(engine, tmp_path):
     assert hole["status"] == "no finished run: failed, timeout" and hole["runs"] == 0
     html = report.index.read_text()
     assert "190.0 ± 14.1" in html   # as a person reads them
-    # two repeats a side are too few for a ratio's interval (results_db/confidence.py): the
+    # two repeats a side are too few for a ratio's interval (results_db/stats/confidence.py): the
     # speedup is shown with its spread, 190/105 with std 14.1/105, and no interval is claimed
     assert "1.810 ± 0.135" in html and "[1.6" not in html
     assert "no finished run: failed, timeout" in html
@@ -228,7 +228,7 @@ def test_crowding_is_decided_by_hosts_and_emulated_runs_are_labelled_everywhere(
     called (here a user's own copy of local_slurm), emulated ones too; and compute=emulated is
     on every table, CSV, figure and report page they appear in: each check below fails if its
     label is dropped."""
-    from results_db.html_report import build_report
+    from results_db.report.html_report import build_report
 
     url = f"sqlite:///{tmp_path / 'emu.db'}"
     engine = connect(url)
@@ -293,7 +293,7 @@ def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
     (tmp_path / "out" / "index.html").unlink()
     assert build_report(engine, "p", tmp_path / "out", "sqlite:///r.db").index.is_file()
     # evaluations from a user's script through the reporting module may not count samples
-    from results_db import query
+    from results_db.store import query
     first_run = int(query.runs(engine, study="p")["run_id"].min())   # a finished run (threads 1, scale 1.0)
     with Session(engine) as s, s.begin():
         s.add(Eval(run_id=first_run, epoch=0, wall=3.0, top1=0.9, loss=1.0, samples_seen=None))
@@ -301,7 +301,7 @@ def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
     assert reached["seconds"].tolist() == [3.0] and reached["samples"].isna().all()
     assert build_report(engine, "p", tmp_path / "out", "sqlite:///r.db", target=0.5).index.is_file()
     # a parameter present on some runs only: one "unset" value, not one per run
-    from results_db.figures.grid import build_grid
+    from results_db.report.figures.grid import build_grid
     import pandas as pd
     planned = pd.DataFrame({"nodes": [1, 1, 2, 2, 1, 2], "params.x": [None, 5, None, 5, float("nan"), float("nan")],
                             "status": ["done"] * 6})
@@ -313,9 +313,9 @@ def test_review_cases_no_evals_float_params_and_thread_baseline(tmp_path):
 def test_runs_at_chance_are_flagged_and_no_default_target_is_set_below_chance(tmp_path):
     """Issue 39: the eager_sgd report read "seconds to top-1 ≥ 8 %" with 10 classes, and a
     diverged run passed without comment."""
-    from results_db.figures.data import load_study
-    from results_db.figures.derived import default_target
-    from results_db.html_report import build_report
+    from results_db.report.figures.data import load_study
+    from results_db.report.figures.derived import default_target
+    from results_db.report.html_report import build_report
 
     url = f"sqlite:///{tmp_path / 'c.db'}"
     engine = connect(url)
@@ -338,7 +338,7 @@ def test_the_time_to_accuracy_target_is_named_with_its_rule(engine, tmp_path):
     named in the table's header and legend, the figure's caption and its CSV."""
     import json
 
-    from results_db.figures.derived import TOP1_RULE
+    from results_db.report.figures.derived import TOP1_RULE
 
     report = build_report(engine, "rep", tmp_path / "auto", SHOWN_URL)
     page = " ".join(report.index.read_text().split())

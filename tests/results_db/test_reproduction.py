@@ -1,4 +1,4 @@
-"""What a re-run reproduced (``results_db.reproduction``), on made-up runs whose truth is known:
+"""What a re-run reproduced (``results_db.analysis.reproduction``), on made-up runs whose truth is known:
 each verdict against a hand computation, the equivalence rule's error rate by simulation, and
 the reasons named."""
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from results_db import reproduction
+from results_db.analysis import reproduction
 
 
 def _runs(rows):

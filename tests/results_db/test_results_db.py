@@ -10,10 +10,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from results_db import connect, query
-from results_db.ingest import IngestError, ingest_run
-from results_db.runs import PlannedRun, mark_failed, new_attempt, register_runs
-from results_db.schema import Eval, RankSummary, Run, Step
+from results_db import connect
+from results_db.store import query
+from results_db.ingest.folder import IngestError, ingest_run
+from results_db.store.runs import PlannedRun, mark_failed, new_attempt, register_runs
+from results_db.store.schema import Eval, RankSummary, Run, Step
 from workloads.spec import RunSpec
 
 

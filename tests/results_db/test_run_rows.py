@@ -16,10 +16,12 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from results_db import compare, connect, run_rows
-from results_db.run_rows import AggregateError, Rows, group_rows
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Run
+from results_db import connect
+from results_db.analysis import compare
+from results_db.store import run_rows
+from results_db.store.run_rows import AggregateError, Rows, group_rows
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Run
 from workloads.spec import RunSpec
 
 from conftest import env_with_bin, scalestudy
@@ -93,7 +95,7 @@ def study(tmp_path):
 def test_aggregate_frame_and_cli_rows_agree(study, tmp_path):
     """What the CLI prints (GROUP BY in SQL) against pandas' groupby over the runs themselves."""
     engine, url = study
-    from results_db import query
+    from results_db.store import query
 
     runs = query.runs(engine, study="rows", columns=["nodes", "algorithm", "throughput"])
     frame = (runs.groupby(["nodes", "algorithm"]).agg(throughput_count=("throughput", "count"),

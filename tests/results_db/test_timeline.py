@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from results_db import connect, query
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
-from results_db.timeline import step_stats
+from results_db import connect
+from results_db.store import query
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.ingest.timeline import step_stats
 from workloads.spec import RunSpec
 
 from conftest import mpiexec, write_spec
@@ -118,7 +119,7 @@ def test_default_fusion_fuses_and_allreduce_overlaps_backprop(tmp_path):
 def _reference_step_stats(events: pd.DataFrame) -> pd.DataFrame:
     """The measures computed in one pass over the whole frame (the implementation before
     StepStats folded them rank by rank): the independent computation the fold is checked against."""
-    from results_db.timeline import STAT_COLUMNS, _overlap
+    from results_db.ingest.timeline import STAT_COLUMNS, _overlap
 
     coll = events[events["phase"] == "allreduce"]
     steps = pd.DataFrame({"step": sorted(events["step"].unique())}).set_index("step")
@@ -147,7 +148,7 @@ def test_the_measures_folded_rank_by_rank_equal_one_pass_over_the_whole_run():
     """Ingestion folds each rank's events into StepStats as it parses them; in any rank order
     the result is the one-pass computation's (random timelines: ranks that skip a step's
     collectives, buffers with no arrival, a zero-length collective)."""
-    from results_db.timeline import StepStats
+    from results_db.ingest.timeline import StepStats
 
     rng = np.random.default_rng(7)
     rows = []
@@ -208,8 +209,8 @@ def _random_timeline(ranks: int, steps: int, late: bool = False) -> pd.DataFrame
 def _fold_through_the_sink(tmp_path, events: pd.DataFrame, fold_rows: int, monkeypatch):
     """The events through ingestion's sink as JSON lines, blocks of 9, folding every
     ``fold_rows``: the measures it gives and how many folds it made."""
-    from results_db import event_sink
-    from results_db.timeline import StepStats
+    from results_db.ingest import event_sink
+    from results_db.ingest.timeline import StepStats
 
     monkeypatch.setattr(event_sink, "_FOLD_ROWS", fold_rows)
     folds = []
@@ -250,7 +251,7 @@ def test_a_rank_whose_events_come_steps_late_is_refused_once_folded(tmp_path, mo
     """An event more than _LATE_STEPS steps behind the rank's latest, after those steps were
     folded, would be counted as a second rank of its step: refused in one line, not a wrong
     number. Unfolded (the whole rank fits), the same events are exact."""
-    from results_db.ingest import IngestError
+    from results_db.ingest.folder import IngestError
 
     events = _random_timeline(ranks=2, steps=12)
     late = (events["rank"] == 0) & (events["step"] == 3)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from results_db import connect, query
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
+from results_db import connect
+from results_db.store import query
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.spec import RunSpec
 
 from conftest import mpiexec, write_spec

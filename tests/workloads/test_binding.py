@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from results_db import connect, query
-from results_db.binding import audit
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
+from results_db import connect
+from results_db.store import query
+from results_db.analysis.binding import audit
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.cpu_grant import CpuGrant, cpu_record, host_cpus, read_grant
 from workloads.spec import RunSpec
 

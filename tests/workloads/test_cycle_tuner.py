@@ -9,9 +9,10 @@ import math
 import pytest
 from mpi4py import MPI
 
-from results_db import connect, query
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
+from results_db import connect
+from results_db.store import query
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.comm.cycle_tuner import ONE_PER_STEP, CycleTimeTuner, candidates_for
 from workloads.spec import RunSpec
 

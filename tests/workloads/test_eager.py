@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from results_db import connect, query
-from results_db.ingest import ingest_run
-from results_db.runs import PlannedRun, register_runs
+from results_db import connect
+from results_db.store import query
+from results_db.ingest.folder import ingest_run
+from results_db.store.runs import PlannedRun, register_runs
 from workloads.data import load_dataset
 from workloads.imbalance import DelayInjector
 from workloads.models import build_model

@@ -147,9 +147,10 @@ def test_catch_up_apply_all_keeps_models_identical_latest_drifts(tmp_path):
         drift[catch_up] = max(r["drift"] for rank in records for r in rank
                               if r.get("type") == "contribution" and r.get("drift") is not None)
         if catch_up == "latest":   # the three rates reach the database, each in its own column
-            from results_db import connect, query
-            from results_db.ingest import ingest_run
-            from results_db.runs import PlannedRun, register_runs
+            from results_db import connect
+            from results_db.store import query
+            from results_db.ingest.folder import ingest_run
+            from results_db.store.runs import PlannedRun, register_runs
             from workloads.spec import RunSpec
 
             engine = connect(f"sqlite:///{tmp_path / 'r.db'}")

@@ -160,7 +160,8 @@ def test_profile_a_real_run_then_run_eight_emulated_ranks(tmp_path):
     assert rows[2]["final_top1"] is None and rows[2]["throughput"] > 0     # time measured, accuracy not
     # the emulated ranks slept the recorded times: per-step backward at least the profile's
     # (less a timer's slack), and real fused allreduces ran between them
-    from results_db import connect, query
+    from results_db import connect
+    from results_db.store import query
 
     engine = connect(f"sqlite:///{tmp_path / 'scalestudy.db'}")
     steps = query.steps(engine, [2])
@@ -195,8 +196,8 @@ def test_profiles_pool_runs_of_one_configuration(tmp_path):
 
     from perf_model.profile import ProfileError, profile_of_runs
     from results_db import connect
-    from results_db.runs import PlannedRun, register_runs
-    from results_db.schema import Event, Run, Step
+    from results_db.store.runs import PlannedRun, register_runs
+    from results_db.store.schema import Event, Run, Step
     from workloads.spec import RunSpec
 
     engine = connect(f"sqlite:///{tmp_path / 'p.db'}")

@@ -196,7 +196,7 @@ def test_a_host_without_any_counter_says_which_sources_it_tried(tmp_path, monkey
     """This machine: no pm_counters, no RAPL (an empty recorded tree stands for its /sys).
     The host's reading is missing with the sources tried and why each failed, and the run
     stores that as its energy_note; a host with a counter beside it is not summed alone."""
-    from results_db.ingest import _RunTotals
+    from results_db.ingest.folder import _RunTotals
 
     monkeypatch.delenv("SCALESTUDY_ENERGY", raising=False)
     reading = HostEnergy(open_meter(root=str(tmp_path)), host="bare").stop()
@@ -282,7 +282,7 @@ def test_the_hosts_gpus_are_all_its_ranks_gpus():
 
 
 def test_run_columns_from_host_readings():
-    from results_db.ingest import _RunTotals
+    from results_db.ingest.folder import _RunTotals
 
     def totals(readings, hosts):
         t = _RunTotals()
@@ -323,8 +323,9 @@ def test_runs_record_their_hosts_energy(tmp_path):
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from results_db import connect, query
-    from results_db.schema import RankSummary, Run
+    from results_db import connect
+    from results_db.store import query
+    from results_db.store.schema import RankSummary, Run
 
     folder = _pm_tree(tmp_path / "tree", 0)
     stop, value = threading.Event(), [0]
@@ -376,7 +377,8 @@ def test_a_run_on_a_host_without_counters_stores_why(tmp_path):
     """A whole run whose host has no counter (an empty recorded tree: this machine's /sys has
     neither pm_counters nor RAPL): the run stores null joules and, as energy_note, the
     sources its host tried."""
-    from results_db import connect, query
+    from results_db import connect
+    from results_db.store import query
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -399,10 +401,11 @@ def test_energy_figures_compare_and_report(tmp_path):
     from sqlalchemy.orm import Session
 
     from perf_synthetic import write_study
-    from results_db import compare, connect
-    from results_db.figures import catalog
-    from results_db.html_report import build_report
-    from results_db.schema import Run
+    from results_db import connect
+    from results_db.analysis import compare
+    from results_db.report.figures import catalog
+    from results_db.report.html_report import build_report
+    from results_db.store.schema import Run
 
     url = f"sqlite:///{tmp_path / 'e.db'}"
     engine = connect(url)
@@ -458,7 +461,7 @@ def test_slurm_step_reading_names_its_step():
 
 
 def test_step_energy_from_the_sacct_stand_in(tmp_path, monkeypatch):
-    from results_db.slurm_energy import step_energy
+    from results_db.ingest.slurm_energy import step_energy
 
     db = _sacct_on_path(tmp_path, monkeypatch, {
         "42.0": {"ConsumedEnergyRaw": "54000", "ElapsedRaw": "30", "NNodes": "2"},
@@ -481,8 +484,8 @@ def test_step_energy_from_the_sacct_stand_in(tmp_path, monkeypatch):
 
 
 def test_run_columns_from_slurm_accounting():
-    from results_db.ingest import _RunTotals
-    from results_db.slurm_energy import StepEnergy
+    from results_db.ingest.folder import _RunTotals
+    from results_db.ingest.slurm_energy import StepEnergy
 
     t = _RunTotals()
     for h in ("n1", "n2"):

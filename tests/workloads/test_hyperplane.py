@@ -15,10 +15,11 @@ from sqlalchemy.orm import Session
 
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.runspec import build_run_spec
-from results_db import connect, query
-from results_db.paper_claims import CLAIMS, loss_target, paper_vs_run
-from results_db.runs import PlannedRun, register_runs
-from results_db.schema import Eval, Run
+from results_db import connect
+from results_db.store import query
+from results_db.analysis.paper_claims import CLAIMS, loss_target, paper_vs_run
+from results_db.store.runs import PlannedRun, register_runs
+from results_db.store.schema import Eval, Run
 from workloads import objective
 from workloads.data import hyperplane, load_dataset
 from workloads.emulation import ComputeProfile, emulate_compute, pad_compute, shipped_profile
@@ -228,9 +229,9 @@ def test_time_to_loss_against_a_hand_written_sequence(regression_study):
 
 
 def test_the_report_reads_seconds_to_validation_mse_and_sets_the_paper_beside(regression_study, tmp_path):
-    from results_db.figures import derived
-    from results_db.figures.data import load_study
-    from results_db.html_report import build_report
+    from results_db.report.figures import derived
+    from results_db.report.figures.data import load_study
+    from results_db.report.html_report import build_report
 
     engine, url, _ = regression_study
     sr = load_study(engine, "eager_sgd_paper_hyperplane")

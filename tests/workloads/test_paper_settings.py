@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.runspec import build_run_spec
-from results_db.paper_claims import CLAIMS, paper_vs_run
+from results_db.analysis.paper_claims import CLAIMS, paper_vs_run
 from workloads.emulation import ComputeProfile, shipped_profile
 from workloads.imbalance import DelayInjector
 

@@ -42,7 +42,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..comm.data_path import Device, HostMirror
 from ..comm.partial import PartialAllreduce
-from ..registry import EAGER_CATCH_UP
+from ..catch_up import catch_up
 from .base import GradientSync, SyncOptions
 
 # fflib2's solo limiter in the authors' training op: 32 asynchronous posts, then one synchronous
@@ -70,8 +70,7 @@ class EagerSGD(GradientSync):
         self._resync = False
         self.resync_agreed: bool | None = None   # after the last re-synchronisation, every rank's model was rank 0's
         self._taken: list = []                   # the rounds' results this step takes, in order
-        if options.catch_up not in EAGER_CATCH_UP:
-            raise ValueError(f"eager-SGD catch_up {options.catch_up!r}; known: {', '.join(EAGER_CATCH_UP)}")
+        self.catch_up = catch_up(options.catch_up)   # a name not declared: ValueError
 
     def begin_step(self, step: int) -> None:
         self._step = step
@@ -85,7 +84,7 @@ class EagerSGD(GradientSync):
 
     @property
     def _paper(self) -> bool:
-        return self.options.catch_up == "paper"
+        return self.catch_up.paper_buffer
 
     @property
     def data_path_label(self) -> str:
@@ -93,7 +92,7 @@ class EagerSGD(GradientSync):
 
     def synchronize(self) -> None:
         self._taken = self.engine.round(self._host.to_host(), self._step, synchronous=self._synchronous,
-                                        catch_up=self.options.catch_up in ("apply_all", "latest"),
+                                        catch_up=self.catch_up.skips_rounds,
                                         latest=self._paper)
         self._rounds.extend(self.engine.drain_log())
         self._load(self._taken[0])
@@ -104,7 +103,7 @@ class EagerSGD(GradientSync):
         self._host.to_device()
 
     def step(self) -> None:
-        applied = self._taken if self.options.catch_up in ("apply_all", "lockstep") else self._taken[-1:]
+        applied = self._taken if self.catch_up.applies_every else self._taken[-1:]
         for res in applied:
             if res is not self._taken[0]:
                 self._load(res)

@@ -1,0 +1,399 @@
+"""A study as a publishable artifact: one folder a reader can check it from, and re-run.
+
+``pack`` writes, for a study (``scalestudy artifact pack``):
+
+- ``results.db``: the study's runs as a SQLite database of their own (every attempt, steps,
+  evaluations, rounds, timelines, summaries, model fits: ``study_copy``), with the runs' event
+  files in ``results.db.events/``: every reading command opens it as any database
+  (``--db sqlite:///FOLDER/results.db``);
+- ``conf/study/run_<id>.yaml``: each run's composed configuration, as its sweep resolved it, which
+  ``scalestudy artifact rerun`` sweeps again (``study=glob(run_*)``), and ``sweeps.txt``, the sweep
+  command lines that produced them (as each run recorded it, database URLs' passwords masked);
+- ``site/<site>.yaml``: the site files, as installed now (their digest beside the one recorded at
+  the sweep, where it was: a site file changed since is said so);
+- ``software.json`` (versions, git commit and dirty state, MPI library, the site's modules) and
+  ``machine.json`` (hosts, CPUs, GPUs, binding, NCCL's network, the site's network as measured);
+- ``report/``: the study's report (every figure, the configuration table, paper vs this run);
+- ``README.md``, written from the study: what was swept and measured, and the commands that
+  read it, re-run it here and on its own site;
+- ``manifest.json``: every file with its SHA-256, what reading an artifact checks first.
+
+Secrets never go in: no database URL (the runs' configs never held one: ``provenance``), account
+names only with ``with_accounts``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import tarfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import Engine, select, update
+
+from results_db.store import event_files, query
+from results_db.store.connect import connect, scrub
+from results_db.store.schema import Run
+from results_db.store.study_copy import StudyCopyError, copy_study
+
+MANIFEST = "manifest.json"
+DATABASE = "results.db"
+ARTIFACT_FORMAT = 1
+ACCOUNT_KEYS = ("account",)
+
+
+class ArtifactError(ValueError):
+    """An artifact that cannot be written or read as asked: one line, nothing written."""
+
+
+@dataclass(frozen=True)
+class Packed:
+    folder: Path
+    runs: int
+    event_files: int
+    archive: Path | None
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def refuse_used_folder(out: Path) -> None:
+    """An artifact goes into a new or empty folder only: packing never mixes with, or removes, what
+    is there."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ArtifactError(f"--out {out}: exists and is not an empty folder; nothing was written")
+
+
+def _check_out(out: Path) -> None:
+    refuse_used_folder(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"--out {out}: {exc.strerror or exc}") from None
+
+
+def pack(engine: Engine, study: str, out: Path, with_accounts: bool = False, archive: bool = False,
+         report: bool = True) -> Packed:
+    """Write the artifact of ``study`` into ``out`` (module docstring); on any failure the folder is
+    removed again, so a half-written artifact never stays."""
+    runs = query.runs(engine, study=study, attempts="all")
+    if runs.empty:
+        raise ArtifactError(f"study {study!r} has no runs in this database")
+    out = Path(out)
+    _check_out(out)
+    try:
+        files = _pack(engine, study, out, runs, with_accounts, report)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    tar = None
+    if archive:
+        tar = out.with_name(out.name + ".tar.gz")
+        with tarfile.open(tar, "w:gz") as fh:
+            fh.add(out, arcname=out.name)
+    return Packed(out, len(runs), files, tar)
+
+
+def _scrub_run(with_accounts: bool):
+    def rewrite(row: dict[str, Any]) -> dict[str, Any]:
+        config = dict(row.get("config") or {})
+        if not with_accounts:
+            for key in ACCOUNT_KEYS:
+                if config.get(key) is not None:
+                    config[key] = None
+            spec = dict(row.get("spec") or {})
+            for key in ACCOUNT_KEYS:
+                spec.pop(key, None)
+            row["spec"] = spec
+        row["config"] = config
+        row["environment"] = _shareable_environment(row.get("environment"), with_accounts)
+        return row
+    return rewrite
+
+
+def _shareable_command(command: str, with_accounts: bool) -> str:
+    """A recorded sweep command fit to leave the site: no database password, and no account
+    (``account=PROJECT`` and ``+account=...`` words) unless the packer asked for them."""
+    command = scrub(command, _url_in(command))
+    if with_accounts:
+        return command
+    try:
+        words = shlex.split(command)   # recorded with shlex.join: a quoted value is one word
+    except ValueError:
+        words = command.split()
+
+    def shared(word: str) -> str:
+        key, sep, _ = word.partition("=")
+        return f"{key}=<left out>" if sep and key.lstrip("+~") in ACCOUNT_KEYS else word
+
+    return shlex.join(shared(w) for w in words)
+
+
+def _shareable_environment(environment, with_accounts: bool):
+    if not isinstance(environment, dict):
+        return environment
+    env = dict(environment)
+    if env.get("command"):
+        env["command"] = _shareable_command(env["command"], with_accounts)
+    return env
+
+
+def _url_in(text: str) -> str | None:
+    for word in text.split():
+        if "://" in word:
+            return word.split("=", 1)[-1]
+    return None
+
+
+def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, report: bool) -> int:
+    target_url = f"sqlite:///{(out / DATABASE).absolute()}"
+    target = connect(target_url)
+    try:
+        try:
+            copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=_scrub_run(with_accounts))
+        except StudyCopyError as exc:
+            raise ArtifactError(str(exc)) from None
+        # beside the artifact's database, whatever $SCALESTUDY_EVENTS_DIR says: the folder carries them
+        n_files = copy_event_files(engine, target, copied.run_ids, out / (DATABASE + ".events"))
+        latest = runs[runs["latest"]] if "latest" in runs else runs
+        _write_configs(out, latest, with_accounts)
+        _write_sites(out, latest)
+        _write_json(out / "software.json", _software(latest, with_accounts))
+        _write_json(out / "machine.json", _machine(engine, latest))
+        if report:
+            from results_db.report.html_report import build_report
+
+            try:
+                build_report(target, study, out / "report", target_url)
+            except Exception as exc:   # noqa: BLE001 - a study with nothing finished still packs
+                (out / "report").mkdir(exist_ok=True)
+                (out / "report" / "NOT-WRITTEN.txt").write_text(f"the report could not be written: {exc}\n")
+        (out / "README.md").write_text(_readme(study, latest, copied, n_files), encoding="utf-8")
+    finally:
+        target.dispose()
+    _write_manifest(out, study, len(runs))
+    return n_files
+
+
+def copy_event_files(source: Engine, target: Engine, run_ids: dict[int, int], folder: Path | None = None) -> int:
+    """Exactly these runs' event files (source run id -> target run id), copied under the target
+    database's own id (``event_files.file_name``) into ``folder`` (default: the target's events
+    folder), and each target run's ``events_file`` set."""
+    found = event_files.run_files(source, list(run_ids))
+    if not found:
+        return 0
+    folder = folder or event_files.events_dir(target)
+    if folder is None:
+        raise ArtifactError("the target database keeps no event files (PostgreSQL without $SCALESTUDY_EVENTS_DIR): "
+                            "set SCALESTUDY_EVENTS_DIR to bring the timelines; nothing was written")
+    ident = event_files.database_id(target)
+    with source.connect() as conn:
+        names = dict(conn.execute(select(Run.id, Run.events_file).where(Run.id.in_(list(run_ids)),
+                                                                          Run.events_file.is_not(None))).all())
+    with target.begin() as conn:
+        for old_id, name in names.items():
+            new = event_files.file_name(run_ids[old_id], ident)
+            dest = folder / new
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            src = found[name]
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
+            conn.execute(update(Run).where(Run.id == run_ids[old_id]).values(events_file=new))
+    return len(names)
+
+
+def _config_of(row, with_accounts: bool) -> dict[str, Any]:
+    config = dict(row["config"]) if isinstance(row.get("config"), dict) else {}
+    if not with_accounts:
+        for key in ACCOUNT_KEYS:
+            config[key] = None
+    for key in ("rerun", "dry_run", "db_url"):
+        config.pop(key, None)
+    return config
+
+
+def _write_configs(out: Path, runs, with_accounts: bool) -> None:
+    folder = out / "conf" / "study"
+    folder.mkdir(parents=True)
+    for row in runs.to_dict("records"):
+        config = _config_of(row, with_accounts)
+        if not config:
+            continue
+        text = ("# @package _global_\n"
+                f"# run {row['run_id']} of study {row['study']} (run_key {row['run_key']}), as its sweep resolved it\n"
+                + yaml.safe_dump(config, sort_keys=False))
+        (folder / f"run_{int(row['run_id'])}.yaml").write_text(text, encoding="utf-8")
+    commands = sorted({(r.get("environment") or {}).get("command") for r in runs.to_dict("records")} - {None})
+    lines = sorted({_shareable_command(c, with_accounts) for c in commands})
+    (out / "sweeps.txt").write_text(
+        "# the sweep command lines that produced this study's runs, as each run recorded it\n"
+        + ("\n".join(lines) if lines else "# (not recorded: runs made before scalestudy recorded their command)") + "\n",
+        encoding="utf-8")
+
+
+def _write_sites(out: Path, runs) -> None:
+    from importlib import resources
+
+    installed = Path(str(resources.files("site_configs")))
+    folder = out / "site"
+    folder.mkdir()
+    for site in sorted({str(s) for s in runs["site"].dropna()}):
+        source = installed / f"{site}.yaml"
+        if source.is_file():
+            shutil.copy2(source, folder / f"{site}.yaml")
+
+
+def _software(runs, with_accounts: bool) -> dict[str, Any]:
+    def distinct(column: str) -> list:
+        if column not in runs:
+            return []
+        seen = []
+        for value in runs[column]:
+            if value is not None and value == value and value not in seen:
+                seen.append(value)
+        return seen
+
+    return {"git_commit": distinct("git_commit"), "git_dirty": distinct("git_dirty"),
+            "orchestrator": [_shareable_environment(e, with_accounts) for e in distinct("environment")], "ranks": distinct("versions"),
+            "data_path_used": distinct("data_path_used")}
+
+
+def _machine(engine: Engine, runs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for column in ("site", "hosts", "host_cpus", "gpu_model", "gpus", "nccl_network", "nccl_plugin", "host_load"):
+        if column in runs:
+            out[column] = sorted({str(v) for v in runs[column].dropna()})
+    from results_db.analysis.network import fit_network, measurements
+
+    measured = {}
+    for site in out.get("site", []):
+        try:
+            fit = fit_network(measurements(engine, site))
+        except ValueError:
+            fit = None
+        if fit is not None:
+            measured[site] = fit.describe()
+    out["network_measured"] = measured
+    return out
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, default=str, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _readme(study: str, runs, copied, n_files: int) -> str:
+    from results_db.analysis.configuration import config_axes, hashable
+
+    sites = sorted({str(s) for s in runs["site"].dropna()})
+    states = runs["status"].value_counts().to_dict()
+    plain = hashable(query.expand_json(runs, "params") if "params" in runs else runs)
+    axes = [a for a in config_axes(plain) if a in plain and plain[a].nunique(dropna=False) > 1]
+    runs = plain
+    swept = "\n".join(f"- `{a}`: {', '.join(str(v) for v in sorted(runs[a].dropna().unique(), key=str))}"
+                      for a in axes if a in runs) or "- (one configuration)"
+    measured = [c for c in ("throughput", "rounds_per_second", "gradients_per_second", "train_seconds",
+                            "final_top1", "final_loss", "energy_joules", "mfu") if c in runs and runs[c].notna().any()]
+    site_arg = f" site={sites[0]}" if sites else ""
+    return f"""# Artifact of study `{study}`
+
+Written by `scalestudy artifact pack` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.
+
+## What it holds
+
+- `results.db` (SQLite): the study's {copied.rows.get('runs', 0)} runs (every attempt; {', '.join(f'{n} {s}' for s, n in states.items())}),
+  their steps, evaluations, rounds and timelines ({n_files} event file(s) in `results.db.events/`), and model fits ({copied.fits}).
+- `conf/study/run_<id>.yaml`: each run's configuration as its sweep resolved it; `sweeps.txt`: the sweep commands.
+- `site/`: the site file(s) ({', '.join(sites) or 'none'}); `software.json`, `machine.json`: what ran it, and on what.
+- `report/index.html`: the study's report, every figure redrawn from `results.db`.
+
+## What was swept
+
+{swept}
+
+Measured: {', '.join(measured) or 'nothing finished'}.
+
+## Reading it
+
+    scalestudy status --db sqlite:///$PWD/results.db
+    scalestudy query --study {study} --db sqlite:///$PWD/results.db
+    scalestudy compare --study {study} --db sqlite:///$PWD/results.db
+
+(`SCALESTUDY_EVENTS_DIR`, if set, must be unset or point at `results.db.events/` to read the timelines.)
+
+## Re-running it
+
+Here (the same site): `scalestudy artifact rerun .` ; on the original site: `scalestudy artifact rerun .{site_arg} account=YOUR_PROJECT`;
+on another: `scalestudy artifact rerun . site=OTHER`. The runs go into a new study of your database, and are compared with
+these, configuration by configuration: reproduced, faster, slower, inconclusive, or not comparable, with the reasons.
+"""
+
+
+def _write_manifest(out: Path, study: str, runs: int) -> None:
+    files = {}
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = str(path.relative_to(out))
+        if rel.startswith(DATABASE + "-"):   # SQLite's -wal/-shm of the closed database, if any remain
+            continue
+        files[rel] = sha256(path)
+    _write_json(out / MANIFEST, {"format": ARTIFACT_FORMAT, "study": study, "runs": runs, "files": files,
+                                 "written": datetime.now(timezone.utc).isoformat()})
+
+
+@dataclass(frozen=True)
+class Opened:
+    folder: Path
+    study: str
+    url: str
+    manifest: dict[str, Any]
+
+    def sites(self) -> list[str]:
+        """The sites its runs' configs name: a re-run sweeps on one (``sweep`` takes its site from the
+        command line, not from each run's file)."""
+        found = set()
+        for path in sorted((self.folder / "conf" / "study").glob("run_*.yaml")):
+            site = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("site")
+            if site:
+                found.add(str(site))
+        return sorted(found)
+
+
+def open_artifact(folder: Path) -> Opened:
+    """Check an artifact folder before anything uses it: its manifest, every file's digest, the
+    database's integrity; one line naming what is wrong."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST
+    if not folder.is_dir() or not manifest_path.is_file():
+        raise ArtifactError(f"{folder}: not an artifact (no {MANIFEST}; `scalestudy artifact pack` writes one)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        files, study = manifest["files"], manifest["study"]
+    except (ValueError, KeyError, TypeError):
+        raise ArtifactError(f"{manifest_path}: not an artifact manifest") from None
+    if manifest.get("format") != ARTIFACT_FORMAT:
+        raise ArtifactError(f"{folder}: artifact format {manifest.get('format')!r}; this scalestudy reads {ARTIFACT_FORMAT}")
+    for rel, digest in files.items():
+        path = folder / rel
+        if not path.is_file():
+            raise ArtifactError(f"{folder}: {rel} is missing")
+        if sha256(path) != digest:
+            raise ArtifactError(f"{folder}: {rel} differs from the artifact's manifest (damaged or edited)")
+    url = f"sqlite:///{(folder / DATABASE).absolute()}"
+    from results_db.store.connect import sqlite_integrity
+
+    try:
+        ok = sqlite_integrity(folder / DATABASE)
+    except Exception as exc:   # noqa: BLE001 - not a database at all
+        raise ArtifactError(f"{folder}: {DATABASE} is not a readable SQLite database ({type(exc).__name__})") from None
+    if ok != "ok":
+        raise ArtifactError(f"{folder}: {DATABASE} is damaged (SQLite's integrity check: {ok})")
+    return Opened(folder, study, url, manifest)

@@ -1,0 +1,142 @@
+"""A run's timeline as Chrome trace-event JSON, the format Horovod's timeline uses and
+Perfetto (ui.perfetto.dev) and ``chrome://tracing`` open.
+
+Layout: one process per rank (``pid`` = rank, named "rank R"); in it one track (``tid``)
+per phase (forward, backward, update, ...) and one per tensor or fused buffer for the
+collectives (named "allreduce: NAME"), plus a "step" track holding each step as one slice
+(``t_start`` to ``t_start`` + the step's seconds, from the steps table). Every event of the
+run's SQL timeline (table ``events``) is one complete event (``"ph": "X"``; an event of no
+duration, a gradient's ``grad_ready`` stamp, is an instant, ``"ph": "i"``) with its step,
+bytes, tensor and, for fused collectives, the tensors in it and the rank's arrival as
+``args``. Times are on the run's aligned clock (rank 0's, the workload aligned every rank
+at start-up), in microseconds from the run's first timestamp; that origin, in Unix seconds,
+is ``otherData.origin_unix_seconds``. Format: "Trace Event Format", Google, the document
+linked from https://github.com/catapult-project/catapult/tree/main/tracing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from sqlalchemy.engine import Engine
+
+from workloads.run_folder import STEP_PHASES
+
+from results_db.store import query
+
+STEP_TRACK = 0
+US = 1e6
+
+
+class TraceError(ValueError):
+    """The run has nothing to draw, or does not exist: the message says which."""
+
+
+def _step_seconds(steps: pd.DataFrame) -> np.ndarray:
+    phases = steps[list(STEP_PHASES)].fillna(0.0).sum(axis=1)   # as perf_model.measured reads a step
+    seconds = steps["seconds"] if "seconds" in steps else pd.Series(np.nan, index=steps.index)
+    return seconds.fillna(phases).to_numpy(dtype=float)
+
+
+def _track_of(phase: str, tensor: str) -> str:
+    return f"allreduce: {tensor}" if phase == "allreduce" else phase
+
+
+def chrome_trace(engine: Engine, run_id: int, steps: tuple[int, int] | None = None,
+                 ranks: Sequence[int] | None = None) -> dict[str, Any]:
+    """The trace of run ``run_id`` as a JSON-ready dict (``traceEvents`` and ``otherData``).
+
+    ``steps=(first, last)`` (inclusive) and ``ranks`` keep a window: a 256-rank, 1,000-step run
+    holds tens of millions of events, more than a trace viewer opens, and a window of steps is
+    read from the run's event file alone (its row groups by step), not the whole run."""
+    runs = query.runs(engine, run_ids=[run_id], columns=["run_id", "run_key", "study", "algorithm", "world_size"])
+    if runs.empty:
+        raise TraceError(f"run {run_id}: no such run")
+    events = query.events(engine, [run_id], steps=steps)
+    step_rows = query.steps(engine, [run_id])
+    if steps is not None:
+        step_rows = step_rows[step_rows["step"].between(*steps)]
+    if ranks is not None:
+        events = events[events["rank"].isin(list(ranks))]
+        step_rows = step_rows[step_rows["rank"].isin(list(ranks))]
+    events, steps_in = events.reset_index(drop=True), step_rows.reset_index(drop=True)
+    if events.empty and steps_in.empty:
+        if steps is not None or ranks is not None:
+            raise TraceError(f"run {run_id}: nothing recorded in {_window(steps, ranks)}")
+        raise TraceError(f"run {run_id}: no timeline and no steps recorded (run it with timeline=true)")
+    window = {"steps": list(steps) if steps is not None else "all",
+              "ranks": sorted(int(r) for r in ranks) if ranks is not None else "all"}
+    return _trace(runs.iloc[0], run_id, events, steps_in, window)
+
+
+def _window(steps: tuple[int, int] | None, ranks: Sequence[int] | None) -> str:
+    said = [f"steps {steps[0]}-{steps[1]}"] if steps is not None else []
+    if ranks is not None:
+        said.append("rank(s) " + ",".join(str(r) for r in sorted(ranks)))
+    return " of ".join(said)
+
+
+def _trace(run: pd.Series, run_id: int, events: pd.DataFrame, steps: pd.DataFrame,
+           window: dict[str, Any]) -> dict[str, Any]:
+    step_end = steps["t_start"].to_numpy(dtype=float) + _step_seconds(steps) if not steps.empty else np.array([])
+    starts = [a.min() for a in (events["t0"].to_numpy(dtype=float), steps["t_start"].to_numpy(dtype=float)) if a.size]
+    origin = float(min(starts))
+    tracks: dict[tuple[int, str], int] = {}
+    per_rank: dict[int, int] = {}      # tracks each rank has so far (0 is its step track)
+
+    def tid(rank: int, name: str) -> int:
+        key = (rank, name)
+        if key not in tracks:
+            per_rank[rank] = tracks[key] = per_rank.get(rank, 0) + 1
+        return tracks[key]
+
+    out: list[dict[str, Any]] = []
+    for rank, step, t0, end in zip(steps["rank"].to_numpy(), steps["step"].to_numpy(),
+                                   steps["t_start"].to_numpy(dtype=float), step_end):
+        out.append({"name": f"step {int(step)}", "cat": "step", "ph": "X", "pid": int(rank), "tid": STEP_TRACK,
+                    "ts": (t0 - origin) * US, "dur": max(end - t0, 0.0) * US, "args": {"step": int(step)}})
+    columns = [events[c].to_numpy() for c in ("rank", "step", "tensor", "phase", "t0", "t1", "bytes")]
+    fused = events["tensors"].to_numpy() if "tensors" in events else np.full(len(events), None)
+    arrival = events["arrival"].to_numpy() if "arrival" in events else np.full(len(events), None)
+    for rank, step, tensor, phase, t0, t1, nbytes, inside, arrived in zip(*columns, fused, arrival):
+        args: dict[str, Any] = {"step": int(step), "bytes": int(nbytes), "tensor": str(tensor)}
+        if inside is not None and not (isinstance(inside, float) and math.isnan(inside)):
+            args["tensors"] = inside
+        if arrived is not None and not (isinstance(arrived, float) and math.isnan(arrived)):
+            args["arrival_us"] = (float(arrived) - origin) * US
+        event = {"name": f"{phase} {tensor}" if tensor and tensor != "-" else str(phase), "cat": str(phase),
+                 "pid": int(rank), "tid": tid(int(rank), _track_of(str(phase), str(tensor))),
+                 "ts": (float(t0) - origin) * US, "args": args}
+        if t1 > t0:
+            event.update(ph="X", dur=(float(t1) - float(t0)) * US)
+        else:
+            event.update(ph="i", s="t")
+        out.append(event)
+    ranks = sorted(set(int(r) for r in steps["rank"]) | set(int(r) for r in events["rank"]))
+    meta = []
+    for rank in ranks:
+        meta += [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+                 {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+                 {"name": "thread_name", "ph": "M", "pid": rank, "tid": STEP_TRACK, "args": {"name": "step"}}]
+    for (rank, name), number in tracks.items():
+        meta.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": number, "args": {"name": name}})
+    return {"traceEvents": meta + out, "displayTimeUnit": "ms",
+            "otherData": {"run_id": int(run_id), "run_key": str(run["run_key"]), "study": str(run["study"]),
+                          "algorithm": str(run["algorithm"]), "ranks": int(run["world_size"]),
+                          "origin_unix_seconds": origin, "clock": "aligned to rank 0 at start-up",
+                          "window": window}}
+
+
+def write_chrome_trace(engine: Engine, run_id: int, path: Path, steps: tuple[int, int] | None = None,
+                       ranks: Sequence[int] | None = None) -> int:
+    """Write the trace (of a window, see ``chrome_trace``) to ``path``; returns the number of
+    timeline events (steps excluded)."""
+    trace = chrome_trace(engine, run_id, steps, ranks)
+    with open(path, "w") as f:
+        json.dump(trace, f, separators=(",", ":"))
+    return sum(1 for e in trace["traceEvents"] if e["ph"] in ("X", "i") and e["cat"] != "step")
