@@ -16,18 +16,13 @@ class CatchUp:
     paper_buffer: bool       # the authors' receive buffer (latest only) and fflib2's synchronous limiter
     predicted_by: str        # the model's wait: "lockstep" (each delay carried) or "simulated" (eager_rounds)
     counts_rounds: bool      # the prediction's rounds per gradient exceed 1 (skipped rounds applied)
-    what: str
 
 
 MODES: tuple[CatchUp, ...] = (
-    CatchUp("apply_all", skips_rounds=True, applies_every=True, paper_buffer=False, predicted_by="simulated",
-            counts_rounds=True, what="skip to the others' round, apply every missed result (models stay identical)"),
-    CatchUp("latest", skips_rounds=True, applies_every=False, paper_buffer=False, predicted_by="simulated",
-            counts_rounds=False, what="skip to the others' round, apply only the latest result (drifts)"),
-    CatchUp("lockstep", skips_rounds=False, applies_every=True, paper_buffer=False, predicted_by="lockstep",
-            counts_rounds=False, what="compute every round, apply every result (carries every delay)"),
-    CatchUp("paper", skips_rounds=False, applies_every=False, paper_buffer=True, predicted_by="simulated",
-            counts_rounds=False, what="the authors' code: latest result from the receive buffer, limiter, re-sync"),
+    CatchUp("apply_all", skips_rounds=True, applies_every=True, paper_buffer=False, predicted_by="simulated", counts_rounds=True),
+    CatchUp("latest", skips_rounds=True, applies_every=False, paper_buffer=False, predicted_by="simulated", counts_rounds=False),
+    CatchUp("lockstep", skips_rounds=False, applies_every=True, paper_buffer=False, predicted_by="lockstep", counts_rounds=False),
+    CatchUp("paper", skips_rounds=False, applies_every=False, paper_buffer=True, predicted_by="simulated", counts_rounds=False),
 )
 CATCH_UP = {mode.name: mode for mode in MODES}
 # a study's runs from before the column existed ran the lock-step mechanism

@@ -59,6 +59,7 @@ def load_digits(path: str | None = None) -> Dataset:
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     import os
+    import socket
     import zipfile
     from importlib import metadata
     from pathlib import Path
@@ -78,7 +79,8 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     bunch = sk_load_digits()
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f"{cache.stem}.{os.getpid()}.tmp.npz")
+        # a name no other rank shares, on this node or another (a home folder shared by the nodes)
+        partial = cache.with_name(f"{cache.stem}.{socket.gethostname()}.{os.getpid()}.tmp.npz")
         np.savez(partial, data=bunch.data, target=bunch.target)
         os.replace(partial, cache)      # whole or not at all: ranks starting together may race here
     except OSError:

@@ -39,6 +39,7 @@ def test_the_results_rooms_hold_their_floors(tmp_path):
         (tmp_path / "results_db" / room).mkdir()
         (tmp_path / "results_db" / room / "__init__.py").write_text("")
     (tmp_path / "results_db" / "stats" / "interval.py").write_text("from ..store import query\n")
+    (tmp_path / "results_db" / "stats" / "power.py").write_text("from results_db import connect\n")
     (tmp_path / "results_db" / "store" / "query.py").write_text("import results_db.report.page\n")
     (tmp_path / "results_db" / "analysis" / "compare.py").write_text(
         "from results_db.store import query\nfrom results_db.stats import interval\nQ = 'SELECT id FROM runs'\n")
@@ -47,6 +48,7 @@ def test_the_results_rooms_hold_their_floors(tmp_path):
         "def f(fig):\n    fig.text(0.1, 0.2, 'select a note from the figure')\n")
     graph, _ = code_shape.import_graph(tmp_path)
     assert sorted(code_shape.layer_violations(graph)) == [("results_db.stats.interval", "results_db.store.query"),
+                                                          ("results_db.stats.power", "results_db"),
                                                           ("results_db.store.query", "results_db.report.page")]
     assert code_shape.sql_text(tmp_path) == ["results_db/analysis/compare.py:3", "results_db/report/page.py:3"]
 
