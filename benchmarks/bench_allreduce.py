@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from harness import median, relaunch_under_mpiexec
+from harness import interleaved_mpi_times, median, relaunch_under_mpiexec
 
 SIZES = (1 << 10, 64 << 10, 1 << 20, 25 << 20, 100 << 20)
 
@@ -53,17 +52,8 @@ def worker(args) -> None:
             x.mul_(1.0 / comm.Get_size())
 
         variants = {"raw": raw, "poll": lambda: engine([x], blocking=False), "wait": lambda: engine([x], blocking=True)}
-        times = {k: [] for k in variants}
-        for name, fn in variants.items():   # warm-up: one untimed call each (buffers, connections)
-            fn()
-        for _ in range(args.repeats):
-            for name, fn in variants.items():
-                comm.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                comm.Barrier()
-                times[name].append((time.perf_counter() - t0) / iters)
+        # one untimed call each first (buffers, connections), then the rounds, A B C A B C ...
+        times = interleaved_mpi_times(comm, variants, args.repeats, iters)
         if rank == 0:
             med = {k: median(v) for k, v in times.items()}
             line = f"{_label(nbytes):>6} x {comm.Get_size()} ranks, {args.repeats} rounds of {iters}: raw {med['raw'] * 1e3:9.3f} ms"

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from harness import REPO, cli_lines, time_cli, trees
 
-from bench_db_scale import template_run, time_commands, timing_lines  # noqa: E402 - the same run folder as every database benchmark
+sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO / "tests"))
+
+from synthetic_runs import template_run  # noqa: E402 - the run folder every database benchmark ingests
 
 COMMANDS = {
     "compare --baseline nodes=1": ["compare", "--study", "old", "--baseline", "nodes=1"],
@@ -75,12 +76,9 @@ def main() -> None:
     if not db.exists():
         print(f"building two studies of {args.runs} runs ...", flush=True)
         build(url, args.runs, scratch)
-    env = {**os.environ, "SCALESTUDY_DB_URL": url}
-    trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
-                                                           "after": str(REPO)}
-    times = time_commands(COMMANDS, trees, env, scratch, args.repeats)
+    times = time_cli(COMMANDS, trees(args.before), args.repeats, scratch, SCALESTUDY_DB_URL=url)
     print(f"\nwall time as a user runs it (new process), median of {args.repeats} (min-max), {args.runs} runs a study:")
-    for line in timing_lines(COMMANDS, times, limit_s=2.0, width=40):
+    for line in cli_lines(COMMANDS, times, limit_s=2.0, width=40):
         print(line)
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)

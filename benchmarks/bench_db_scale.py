@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import REPO, cli_lines, interleave, seconds, summary, time_cli, trees
+
 sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO / "tests"))
+
+from synthetic_runs import template_run  # noqa: E402 - the run folder every database benchmark ingests
 
 STUDY = "scale"
 COMMANDS = {
@@ -39,21 +40,6 @@ COMMANDS = {
                                                  "--where", "algorithm=sync", "--where", "batch_size=32"],
     "query --group-by nodes": ["query", "--study", STUDY, "--group-by", "nodes"],
 }
-
-
-def template_run(folder: Path, host: str, throughput: float) -> None:
-    (folder / "metrics").mkdir(parents=True, exist_ok=True)
-    t = 1.7e9
-    lines = [{"type": "run_start", "schema": 1, "host": host, "t": t, "versions": {"torch": "2.13.0"}}]
-    for step in range(5):
-        lines.append({"type": "step", "schema": 1, "step": step, "epoch": 0, "samples": 32, "t_start": t + step,
-                      "data": 0.001, "forward": 0.08, "backward": 0.13, "comm_wait": 0.002, "update": 0.002,
-                      "delay": 0.0, "loss": 2.0 - step * 0.1, "seconds": 0.215})
-    lines.append({"type": "run_end", "schema": 1, "status": "done", "summary": {}})
-    (folder / "metrics" / "rank-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (folder / "result.json").write_text(json.dumps({
-        "schema": 1, "kind": "builtin", "status": "done", "throughput": throughput, "train_seconds": 1.1,
-        "wall_seconds": 3.0, "steps": 5, "final_top1": 0.9, "final_loss": 1.6}))
 
 
 def build(url: str, runs: int, scratch: Path) -> float:
@@ -106,49 +92,12 @@ def in_process(url: str, repeats: int) -> None:
         "every run as rows (query --format csv)": lambda: run_rows.run_rows(engine, study=STUDY),
         "every run into a DataFrame (query.runs)": lambda: query.runs(engine, study=STUDY),
     }
+    rows = {name: len(fn()) for name, fn in work.items()}   # warmed up once; how many rows each gives
+    times = interleave({name: (lambda fn=fn: seconds(fn)) for name, fn in work.items()}, repeats, report=False)
     print(f"\nthe same database work inside one process, median of {repeats} (min-max):")
-    for name, fn in work.items():
-        xs = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            rows = len(fn())
-            xs.append(time.perf_counter() - t0)
-        print(f"  {name:48s} {statistics.median(xs):.3f} s ({min(xs):.3f}-{max(xs):.3f}), {rows} rows")
+    for name in work:
+        print(f"  {name:48s} {summary(times[name], 3, ' s')}, {rows[name]} rows")
 
-
-
-def time_commands(commands: dict[str, list[str]], trees: dict[str, str], env: dict[str, str], scratch: Path,
-                  repeats: int) -> dict[tuple[str, str], list[float]]:
-    """Each command's wall time as a user runs it (a new process), per source tree (``after``, and
-    ``before`` where given), interleaved A B A B: every command once per round and tree."""
-    times: dict[tuple[str, str], list[float]] = {(name, t): [] for name in commands for t in trees}
-    for _ in range(repeats):
-        for name, argv in commands.items():
-            for tree, path in trees.items():
-                t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=scratch,
-                                      env={**env, "PYTHONPATH": path}, capture_output=True, text=True)
-                times[(name, tree)].append(time.perf_counter() - t0)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
-    return times
-
-
-def timing_lines(commands: dict[str, list[str]], times: dict[tuple[str, str], list[float]], limit_s: float,
-                 width: int) -> list[str]:
-    """One line a command: median (min-max) against ``limit_s``, and after/before where measured."""
-    lines = []
-    for name in commands:
-        xs = times[(name, "after")]
-        med = statistics.median(xs)
-        line = f"  scalestudy {name:{width}s} {med:.2f} s ({min(xs):.2f}-{max(xs):.2f})  " \
-               f"{'ok' if med <= limit_s else 'OVER'} <= {limit_s:g} s"
-        if (name, "before") in times:
-            old = times[(name, "before")]
-            ratio = statistics.median([a / b for a, b in zip(xs, old)])
-            line += f"; before {statistics.median(old):.2f} s ({min(old):.2f}-{max(old):.2f}), after/before {ratio:.2f}"
-        lines.append(line)
-    return lines
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -164,24 +113,19 @@ def main() -> None:
     url = f"sqlite:///{db}"
     if not db.exists():
         print(f"building a database of {args.runs} runs with register_runs + ingest_run ...", flush=True)
-        seconds = build(url, args.runs, scratch)
-        print(f"built in {seconds:.0f} s ({args.runs / seconds:.0f} runs/s)")
+        took = build(url, args.runs, scratch)
+        print(f"built in {took:.0f} s ({args.runs / took:.0f} runs/s)")
     print(f"database: {db.stat().st_size / 2**20:.0f} MiB")
-    env = {**os.environ, "SCALESTUDY_DB_URL": url}
-    trees = {"after": str(REPO)} if not args.before else {"before": str(Path(args.before).absolute()),
-                                                           "after": str(REPO)}
-    times = time_commands(COMMANDS, trees, env, scratch, args.repeats)
+    times = time_cli(COMMANDS, trees(args.before), args.repeats, scratch, SCALESTUDY_DB_URL=url)
     print(f"\nwall time of each command as a user runs it (new process), median of {args.repeats} (min-max):")
-    for line in timing_lines(COMMANDS, times, limit_s=1.0, width=42):
+    for line in cli_lines(COMMANDS, times, limit_s=1.0, width=42):
         print(line)
-    for what, code in (("python -c pass", "pass"), ("python -c 'import sqlalchemy, rich'", "import sqlalchemy, rich"),
-                       ("python -c 'import pandas, sqlalchemy'", "import pandas, sqlalchemy")):
-        bare = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], check=True)
-            bare.append(time.perf_counter() - t0)
-        print(f"  ({what} alone: {statistics.median(bare):.2f} s)")
+    bare = {what: (lambda code=code: seconds(lambda: subprocess.run([sys.executable, "-c", code], check=True)))
+            for what, code in (("python -c pass", "pass"),
+                               ("python -c 'import sqlalchemy, rich'", "import sqlalchemy, rich"),
+                               ("python -c 'import pandas, sqlalchemy'", "import pandas, sqlalchemy"))}
+    for what, xs in interleave(bare, args.repeats, report=False).items():
+        print(f"  ({what} alone: {summary(xs, 2, ' s')})")
     in_process(url, args.repeats)
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -23,14 +23,13 @@ final top-1 and the largest weight difference from the average at that re-synchr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import REPO, interleave, median, mpiexec, summary
 COMPUTE_S = 0.05
 VARIANTS = (("sync", {"algorithm": "sync"}),
             ("lockstep", {"algorithm": "eager_solo", "eager_catch_up": "lockstep"}),
@@ -51,25 +50,27 @@ def worker(args) -> None:
         profile.write_text(ComputeProfile((COMPUTE_S * 0.25,), (COMPUTE_S * 0.75,), {},
                                           {"model": "small_cnn", "note": "bench: sleep-dominated"}).to_json())
     comm.Barrier()
-    rates: dict[str, list[float]] = {}
-    for rep in range(args.repeats):
-        for delay in [0.0, *args.delays]:
-            for name, fields in VARIANTS:
-                if delay == 0.0 and name == "lockstep":
-                    continue   # the no-delay references: eager_solo and sync without imbalance
-                run_dir = root / f"r{rep}-{name}-{delay}"
-                imbalance = {"imbalance_kind": args.kind, "imbalance_ranks": 1,
-                             "imbalance_delay_ms": delay * COMPUTE_S * 1000} if delay else {}
-                spec = RunSpec(study="bench", workers_per_node=comm.Get_size(), threads_per_node=comm.Get_size(),
-                               model="small_cnn", dataset="digits", batch_size=8, epochs=1,
-                               steps_per_epoch=args.steps, compute="emulated", compute_profile=str(profile),
-                               **fields, **imbalance)
-                outcome = train(spec, run_dir, comm)
-                rates.setdefault(f"{name}@{delay}", []).append(outcome.summary["rounds_per_second"])
-                rates.setdefault(f"{name}@{delay}:gradients", []).append(outcome.summary["gradients_per_second"])
-        if comm.Get_rank() == 0:
-            print(f"round {rep + 1}/{args.repeats}: " + ", ".join(f"{k}={v[-1]:.2f}" for k, v in rates.items()
-                                                                    if ":" not in k), flush=True)
+    runs = itertools.count()
+
+    def variant(name: str, fields: dict, delay: float):
+        def once() -> dict[str, float]:
+            imbalance = {"imbalance_kind": args.kind, "imbalance_ranks": 1,
+                         "imbalance_delay_ms": delay * COMPUTE_S * 1000} if delay else {}
+            spec = RunSpec(study="bench", workers_per_node=comm.Get_size(), threads_per_node=comm.Get_size(),
+                           model="small_cnn", dataset="digits", batch_size=8, epochs=1,
+                           steps_per_epoch=args.steps, compute="emulated", compute_profile=str(profile),
+                           **fields, **imbalance)
+            outcome = train(spec, root / f"run{next(runs)}-{name}-{delay}", comm)
+            return {"rounds/s": outcome.summary["rounds_per_second"],
+                    "gradients/s": outcome.summary["gradients_per_second"]}
+        return once
+
+    # the no-delay references: eager_solo and sync without imbalance (no lockstep)
+    got = interleave({f"{name}@{delay}": variant(name, fields, delay) for delay in [0.0, *args.delays]
+                      for name, fields in VARIANTS if delay or name != "lockstep"},
+                     args.repeats, report=comm.Get_rank() == 0)
+    rates = {key: [x["rounds/s"] for x in xs] for key, xs in got.items()}
+    rates.update({f"{key}:gradients": [x["gradients/s"] for x in xs] for key, xs in got.items()})
     if comm.Get_rank() == 0:
         (root / "rates.json").write_text(json.dumps(rates))
 
@@ -113,9 +114,8 @@ def accuracy_report(args, out) -> None:
     for catch_up, rows in out.items():
         top1, drift = [r[0] for r in rows], [r[1] for r in rows]
         share = [r[2] / (r[3] * args.ranks) for r in rows]
-        print(f"| {catch_up} | {statistics.median(top1):.4f} ({min(top1):.4f}–{max(top1):.4f}) | "
-              f"{statistics.median(drift):.3g} ({min(drift):.3g}–{max(drift):.3g}) | "
-              f"{statistics.median(share):.2f} |")
+        print(f"| {catch_up} | {summary(top1, 4)} | {median(drift):.3g} ({min(drift):.3g}–{max(drift):.3g}) | "
+              f"{median(share):.2f} |")
 
 
 def report(args, rates: dict[str, list[float]]) -> None:
@@ -123,7 +123,7 @@ def report(args, rates: dict[str, list[float]]) -> None:
     from workloads.imbalance import DelayInjector
 
     def med(xs):
-        return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+        return summary(xs, 2)
 
     base = rates["apply_all@0.0"]
     none = DelayInjector("none", 1, 0, -1, 1.0, 0, args.ranks)
@@ -163,12 +163,11 @@ def main() -> int:
         (accuracy_worker if args.accuracy else worker)(args)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(args.ranks), sys.executable, __file__,
-               "--worker", "--out", tmp, "--ranks", str(args.ranks), "--steps", str(args.steps),
-               "--repeats", str(args.repeats), "--kind", args.kind,
-               "--delays", ",".join(str(d) for d in args.delays), *(["--accuracy"] if args.accuracy else [])]
-        print(" ".join(cmd[3:]), flush=True)
-        subprocess.run(cmd, check=True, cwd=REPO)
+        argv = [__file__, "--worker", "--out", tmp, "--ranks", str(args.ranks), "--steps", str(args.steps),
+                "--repeats", str(args.repeats), "--kind", args.kind,
+                "--delays", ",".join(str(d) for d in args.delays), *(["--accuracy"] if args.accuracy else [])]
+        print(f"mpiexec -n {args.ranks} " + " ".join(argv), flush=True)
+        mpiexec(args.ranks, argv, cwd=REPO, capture=False)
         (accuracy_report if args.accuracy else report)(args, json.loads((Path(tmp) / "rates.json").read_text()))
     return 0
 

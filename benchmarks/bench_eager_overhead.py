@@ -26,16 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from harness import REPO, interleave, median, mpiexec, summary, trees
 
 CASES = {
     "resnet20": {"model": "resnet20", "dataset": "synthetic_images", "batch_size": 32},
@@ -73,12 +68,7 @@ def one_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch
                 "epochs": -(-steps // per_epoch), "steps_per_epoch": per_epoch, "algorithm": algorithm, **case}
         (folder / "spec.json").write_text(json.dumps(spec))
         specs.append(folder / "spec.json")
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(tree))
-    proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), sys.executable,
-                           str(tree / "tests" / "mpi_programs" / "train_specs.py"), *map(str, specs)],
-                          env=env, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{tree}: {proc.stderr[-3000:]}")
+    mpiexec(ranks, [tree / "tests" / "mpi_programs" / "train_specs.py", *specs], tree=tree)
     out = {alg: rate(spec.parent, warmup) for alg, spec in zip(("sync", "eager_solo"), specs)}
     for spec in specs:
         shutil.rmtree(spec.parent, ignore_errors=True)
@@ -96,27 +86,21 @@ def main() -> None:
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-eager-overhead-"))
     CASES["emulated50"]["compute_profile"] = emulated_profile(scratch)
-    trees = {"before": Path(args.before).absolute(), "after": REPO}
+    sources = trees(args.before)
     plan = [(c, n) for c in args.cases.split(",") for n in (map(int, args.ranks.split(",")) if c != "resnet50" else [8])]
-    results: dict[tuple, list[dict[str, float]]] = {(c, n, t): [] for c, n in plan for t in trees}
-    for r in range(args.repeats):
-        for case, ranks in plan:
-            steps, warmup = (12, 3) if case == "resnet50" else (args.steps, args.warmup)
-            for tree, path in trees.items():
-                got = one_job(path, CASES[case], ranks, steps, warmup, scratch)
-                results[(case, ranks, tree)].append(got)
-                print(f"  round {r + 1}/{args.repeats} {case} {ranks} ranks {tree}: sync {got['sync']:.3f}, "
-                      f"eager_solo {got['eager_solo']:.3f} rounds/s, ratio {got['eager_solo'] / got['sync']:.3f}",
-                      flush=True)
+
+    def job(case: str, ranks: int, tree: Path):
+        steps, warmup = (12, 3) if case == "resnet50" else (args.steps, args.warmup)
+        return lambda: one_job(tree, CASES[case], ranks, steps, warmup, scratch)
+
+    results = interleave({(c, n, t): job(c, n, path) for c, n in plan for t, path in sources.items()}, args.repeats)
     print("\neager_solo / sync, rounds per second without imbalance: median (min-max) over rounds")
     for case, ranks in plan:
         line = f"  {case:10s} {ranks} ranks:"
-        for tree in trees:
+        for tree in sources:
             runs = results[(case, ranks, tree)]
-            ratios = [x["eager_solo"] / x["sync"] for x in runs]
-            line += (f"  {tree} {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) "
-                     f"[sync {statistics.median(x['sync'] for x in runs):.2f}, eager "
-                     f"{statistics.median(x['eager_solo'] for x in runs):.2f}]")
+            line += (f"  {tree} {summary([x['eager_solo'] / x['sync'] for x in runs])} "
+                     f"[sync {median([x['sync'] for x in runs]):.2f}, eager {median([x['eager_solo'] for x in runs]):.2f}]")
         print(line)
     shutil.rmtree(scratch, ignore_errors=True)
 

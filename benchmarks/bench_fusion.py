@@ -12,10 +12,10 @@ Target: per-tensor / fused >= 2. Ratio printed last.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
-import time
 
-from harness import median, relaunch_under_mpiexec
+from harness import interleaved_mpi_times, median, relaunch_under_mpiexec
 
 
 def worker(args) -> None:
@@ -41,23 +41,20 @@ def worker(args) -> None:
         "fused": BackgroundAllreduce(names, nbytes, comm, 64 * 2**20, args.cycle_ms / 1e3, flat=flat, offsets=offsets),
         "per-tensor": BackgroundAllreduce(names, nbytes, comm, 0, args.cycle_ms / 1e3, flat=flat, offsets=offsets),
     }
-    times = {k: [] for k in engines}
-    step = 0
-    for _ in range(args.repeats):
-        for name, engine in engines.items():
-            comm.Barrier()
-            t0 = time.perf_counter()
-            engine.begin_step(step)
-            for i, v in enumerate(views):
-                engine.ready(i, v)
-            engine.wait()
-            times[name].append(time.perf_counter() - t0)
-            step += 1
+    steps = itertools.count()
+
+    def one_step(engine) -> None:
+        engine.begin_step(next(steps))
+        for i, v in enumerate(views):
+            engine.ready(i, v)
+        engine.wait()
+
+    # between two barriers: a round's time is the slowest rank's
+    times = interleaved_mpi_times(comm, {k: (lambda e=e: one_step(e)) for k, e in engines.items()}, args.repeats)
     for engine in engines.values():
         engine.close()
-    slowest = {k: [comm.allreduce(t, op=MPI.MAX) for t in v] for k, v in times.items()}
     if comm.Get_rank() == 0:
-        fused, per = median(slowest["fused"]), median(slowest["per-tensor"])
+        fused, per = median(times["fused"]), median(times["per-tensor"])
         print(f"161 tensors, {sum(sizes) / 1e6:.1f} M values, {comm.Get_size()} ranks: "
               f"fused {fused * 1e3:.1f} ms, per-tensor {per * 1e3:.1f} ms (medians)")
         print(f"ratio per-tensor/fused = {per / fused:.2f}")

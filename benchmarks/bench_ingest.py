@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import interleave, median, spread
-from metrics_fixture import make_metrics_dir
+from harness import REPO, interleave, median, spread
+
+sys.path.append(str(REPO / "tests"))
+from synthetic_runs import make_metrics_dir  # noqa: E402 - the tests' fixture
 
 STEP_COLS = ("run_id", "rank", "step", "epoch", "samples", "t_start", "data", "forward", "backward", "comm_wait",
              "update", "delay", "loss")

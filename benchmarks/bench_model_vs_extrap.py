@@ -39,13 +39,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from harness import REPO, median
 
 
 def extrap_models(python: str, path: Path, ranks: list[int]) -> tuple[dict, str]:
@@ -66,7 +65,7 @@ def profile_compute(engine, study: str, warmup: int) -> dict[int, float]:
     out = {}
     for batch, group in runs.groupby("batch_size"):
         profile = profile_of_runs(engine, [int(i) for i in group["run_id"]], warmup=warmup)
-        out[int(batch)] = statistics.median(profile.forward) + statistics.median(profile.backward)
+        out[int(batch)] = median(profile.forward) + median(profile.backward)
     return out
 
 
@@ -83,7 +82,7 @@ def at_batch(fit: dict, algorithm: str, batch: int, r: float) -> dict:
 
 
 def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):+7.1%} ({min(values):+.1%}..{max(values):+.1%})"
+    return f"{median(values):+7.1%} ({min(values):+.1%}..{max(values):+.1%})"
 
 
 def main() -> int:
@@ -191,11 +190,11 @@ def main() -> int:
         meas = [g["measured"] for g in group]
         ours = [g["ours"] for g in group]
         theirs = [g["extrap"] for g in group]
-        behind = statistics.median(abs(x) for x in ours) - statistics.median(abs(x) for x in theirs)
+        behind = median(abs(x) for x in ours) - median(abs(x) for x in theirs)
         worst = max(worst, ((condition, algorithm, ranks), behind), key=lambda w: w[1])
         rule_c = [g["extrap_c"] for g in group if g["extrap_c"] is not None]
         print(f"{condition:24s} {algorithm:15s} {ranks:5d} {len(group):4d} "
-              f"{statistics.median(meas):8.1f} ({min(meas):.1f}-{max(meas):.1f}) {spread(ours):>24} "
+              f"{median(meas):8.1f} ({min(meas):.1f}-{max(meas):.1f}) {spread(ours):>24} "
               f"{spread(theirs):>24} {behind * 100:+6.1f}p" + (f"   Extra-P rule C {spread(rule_c)}" if rule_c else ""))
 
     print("\nper algorithm: median |error| over its held-out runs [min-max over repetitions of each repetition's "
@@ -208,18 +207,18 @@ def main() -> int:
             by_seed = {}
             for r in mine:
                 by_seed.setdefault(r["seed"], []).append(abs(r[who]))
-            reps = [statistics.median(v) for v in by_seed.values()]
-            overall = statistics.median(abs(r[who]) for r in mine)
+            reps = [median(v) for v in by_seed.values()]
+            overall = median(abs(r[who]) for r in mine)
             summary[(algorithm, who)] = overall
             line.append(f"{'ours' if who == 'ours' else 'Extra-P'} {overall:5.1%} [{min(reps):.1%}-{max(reps):.1%}]")
         print(f"  {algorithm:15s} {len(mine):3d} runs: " + "; ".join(line))
     print("\nper held-out condition: median |error| over its runs, ours / Extra-P")
     for condition in sorted({r["condition"] for r in rows}):
         mine = [r for r in rows if r["condition"] == condition]
-        print(f"  {condition:24s} {len(mine):3d} runs: ours {statistics.median(abs(r['ours']) for r in mine):5.1%}, "
-              f"Extra-P {statistics.median(abs(r['extrap']) for r in mine):5.1%}")
-    ours = statistics.median(abs(r["ours"]) for r in rows)
-    theirs = statistics.median(abs(r["extrap"]) for r in rows)
+        print(f"  {condition:24s} {len(mine):3d} runs: ours {median(abs(r['ours']) for r in mine):5.1%}, "
+              f"Extra-P {median(abs(r['extrap']) for r in mine):5.1%}")
+    ours = median(abs(r["ours"]) for r in rows)
+    theirs = median(abs(r["extrap"]) for r in rows)
     print(f"\nall held-out runs ({len(rows)}): median |error| ours {ours:.1%}, Extra-P {theirs:.1%}; ours most "
           f"behind Extra-P at {' '.join(map(str, worst[0]))}: {worst[1] * 100:+.1f} points")
     met = ours <= theirs and worst[1] <= 0.05

@@ -15,15 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from harness import interleave, median, mpiexec, summary, trees
 
 
 def worker(numel: int, iters: int) -> None:
@@ -55,7 +49,7 @@ def worker(numel: int, iters: int) -> None:
             times["round"].append(t2 - t1)
     engine.close()
     if comm.Get_rank() == 0:
-        print(json.dumps({k: statistics.median(v) for k, v in times.items()}), flush=True)
+        print(json.dumps({k: median(v) for k, v in times.items()}), flush=True)
 
 
 def main() -> None:
@@ -70,27 +64,19 @@ def main() -> None:
     if args.worker:
         worker(args.numel, args.iters)
         return
-    trees = {"after": REPO} if not args.before else {"before": Path(args.before).absolute(), "after": REPO}
-    got: dict[str, list[dict]] = {t: [] for t in trees}
-    for r in range(args.repeats):
-        for tree, path in trees.items():
-            env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(path))
-            proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(args.ranks), sys.executable, __file__, "--worker",
-                                   "--numel", str(args.numel), "--iters", str(args.iters)],
-                                  env=env, capture_output=True, text=True, timeout=1800)
-            if proc.returncode != 0:
-                raise RuntimeError(proc.stderr[-3000:])
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-            got[tree].append(result)
-            print(f"  round {r + 1}/{args.repeats} {tree}: allreduce {result['allreduce']:.3f} s, partial round "
-                  f"{result['round']:.3f} s, ratio {result['round'] / result['allreduce']:.3f}", flush=True)
+
+    def one_job(tree) -> dict[str, float]:
+        proc = mpiexec(args.ranks, [__file__, "--worker", "--numel", str(args.numel), "--iters", str(args.iters)],
+                       tree=tree)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    got = interleave({name: (lambda path=path: one_job(path)) for name, path in trees(args.before).items()},
+                     args.repeats)
     print(f"\n{args.ranks} ranks, {args.numel} float32 ({args.numel * 4 / 1e6:.0f} MB): partial round / allreduce, "
           "median over rounds (min-max)")
     for tree, results in got.items():
-        ratios = [x["round"] / x["allreduce"] for x in results]
-        print(f"  {tree}: {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}); round "
-              f"{statistics.median(x['round'] for x in results):.3f} s, allreduce "
-              f"{statistics.median(x['allreduce'] for x in results):.3f} s")
+        print(f"  {tree}: {summary([x['round'] / x['allreduce'] for x in results])}; round "
+              f"{median([x['round'] for x in results]):.3f} s, allreduce {median([x['allreduce'] for x in results]):.3f} s")
 
 
 if __name__ == "__main__":

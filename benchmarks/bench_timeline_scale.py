@@ -4,7 +4,7 @@
         [--stores file table]
 
 Per rank count, one metrics folder shaped as the workload writes with ``timeline=true``
-(``metrics_fixture``: per rank and step four phases, ``--events`` gradient-ready events, a fused
+(``tests/synthetic_runs.py``: per rank and step four phases, ``--events`` gradient-ready events, a fused
 allreduce per 20 of them) is ingested into a fresh SQLite database, alternately (A B A B ...):
 
 - file: ``ingest_run`` as it runs by default, the events into ``<db>.events/<database id>/run-N.parquet``;
@@ -96,8 +96,10 @@ def main() -> None:
         child(run_dir, db, mode, int(window))
         return
 
-    from harness import median
-    from metrics_fixture import make_metrics_dir
+    from harness import REPO, interleave, median
+
+    sys.path.append(str(REPO / "tests"))
+    from synthetic_runs import make_metrics_dir
 
     work = Path(tempfile.mkdtemp(prefix="bench-timeline-scale-"))
     try:
@@ -107,12 +109,8 @@ def main() -> None:
             size = sum(p.stat().st_size for p in (run_dir / "metrics").iterdir()) / 2**30
             print(f"{ranks} ranks x {args.steps} steps: {records:,} step+event records, {size:.2f} GB of JSON lines",
                   flush=True)
-            samples: dict[str, list[dict]] = {store: [] for store in args.stores}
-            for r in range(args.repeats):
-                for mode in samples:
-                    samples[mode].append(one(run_dir, mode, args.steps // 2))
-                print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
-                    f"{m} {s[-1]['ingest_s']:.1f} s" for m, s in samples.items()), flush=True)
+            samples = interleave({mode: (lambda mode=mode: one(run_dir, mode, args.steps // 2))
+                                  for mode in args.stores}, args.repeats)
             for mode, rows in samples.items():
                 def stat(key: str) -> str:
                     xs = [row[key] for row in rows]

@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from harness import median
+from harness import interleave, median, per_round, seconds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,17 +48,9 @@ def main() -> int:
         conn.execute(insert(Event), rows)
     total = len(query.events(engine, [run_id]))
     out = work / "trace.json"
-    times = {"read": [], "export": []}
-    for r in range(args.repeats):
-        t0 = time.perf_counter()
-        query.events(engine, [run_id])
-        times["read"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        write_chrome_trace(engine, run_id, out)
-        times["export"].append(time.perf_counter() - t0)
-        print(f"  round {r + 1}/{args.repeats}: read {times['read'][-1]:.2f} s, export {times['export'][-1]:.2f} s",
-              flush=True)
-    ratios = [e / r for e, r in zip(times["export"], times["read"])]
+    times = interleave({"read": lambda: seconds(lambda: query.events(engine, [run_id])),
+                        "export": lambda: seconds(lambda: write_chrome_trace(engine, run_id, out))}, args.repeats)
+    ratios = per_round(times["export"], times["read"])
     print(f"{total} events (4 ranks): read {median(times['read']):.2f} s, export {median(times['export']):.2f} s "
           f"(median of {args.repeats}); export / read {median(times['export']) / median(times['read']):.2f} "
           f"({min(ratios):.2f}-{max(ratios):.2f}); file {out.stat().st_size / 1e6:.1f} MB")

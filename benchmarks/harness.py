@@ -1,7 +1,11 @@
-"""Shared plumbing for side-by-side benchmarks: interleaved repeats, medians, ratios.
+"""The one harness of every benchmark that times: interleaved rounds, medians with their spread,
+per-round ratios, and the processes a benchmark times (a workload run, an MPI job, a command
+as a user types it), in this tree or in an earlier checkout of it (``--before DIR``).
 
-Baseline and candidate alternate (A B A B …) so that drift in a shared machine's
-load hits both alike; medians resist the odd slow repeat.
+Baseline and candidate alternate (A B A B …) so that drift in a shared machine's load hits
+both alike; medians resist the odd slow repeat; a ratio is taken per round, of the pair that
+ran side by side, and reported with its spread. ``tests/project/test_benchmarks.py`` holds every
+``bench_*.py`` to it.
 """
 
 from __future__ import annotations
@@ -14,19 +18,111 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, TypeVar
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
-def interleave(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
-    """Call each variant once per round, ``repeats`` rounds; collect what each returns."""
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} {_shown(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _named(key: Hashable) -> str:
+    return " ".join(map(str, key)) if isinstance(key, tuple) else str(key)
+
+
+def interleave(variants: dict[Any, Callable[[], T]], repeats: int, report: bool = True) -> dict[Any, list[T]]:
+    """Call each variant once per round, ``repeats`` rounds; collect what each returns. ``report``:
+    a line per round (False on all but one MPI rank)."""
+    samples: dict[Any, list[T]] = {name: [] for name in variants}
     for r in range(repeats):
         for name, fn in variants.items():
             samples[name].append(fn())
-        print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{n}={samples[n][-1]:.4g}" for n in variants), flush=True)
+        if report:
+            print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{_named(n)}={_shown(samples[n][-1])}"
+                                                           for n in variants), flush=True)
     return samples
+
+
+def seconds(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def summary(xs: list[float], digits: int = 3, unit: str = "") -> str:
+    """``median (min–max)``: a figure with its spread over the rounds."""
+    return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}–{max(xs):.{digits}f})"
+
+
+def per_round(after: list[float], before: list[float]) -> list[float]:
+    """Each round's ratio after/before, of the pair that ran side by side."""
+    if len(after) != len(before):
+        raise ValueError(f"{len(after)} rounds against {len(before)}: ratios are taken per round")
+    return [a / b for a, b in zip(after, before)]
+
+
+def trees(before: str | None) -> dict[str, Path]:
+    """The source trees a benchmark runs: an earlier checkout (``git worktree add DIR COMMIT``)
+    as ``before`` where given, then this one as ``after``, in the order they alternate."""
+    return {**({"before": Path(before).absolute()} if before else {}), "after": REPO}
+
+
+def tree_env(tree: Path = REPO, **extra: str) -> dict[str, str]:
+    """This environment with ``tree``'s code first on the path and its programs (mpiexec) found."""
+    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(tree), **extra)
+
+
+def mpiexec(ranks: int, argv: list[str], tree: Path = REPO, timeout: float = 1800, cwd: Path | None = None,
+            capture: bool = True) -> subprocess.CompletedProcess:
+    """``mpiexec -n ranks python argv…`` with ``tree``'s code; raises with the tail of its errors."""
+    proc = subprocess.run([str(BIN / "mpiexec"), "-n", str(ranks), sys.executable, *map(str, argv)],
+                          env=tree_env(tree), cwd=cwd, timeout=timeout, text=True, capture_output=capture)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mpiexec -n {ranks} {' '.join(map(str, argv))} ({tree}) exited {proc.returncode}:\n"
+                           f"{(proc.stderr or '')[-3000:]}")
+    return proc
+
+
+def time_cli(commands: dict[str, list[str]], sources: dict[str, Path], repeats: int, cwd: Path,
+             **env: str) -> dict[tuple[str, str], list[float]]:
+    """Each ``scalestudy`` command's wall time as a user runs it (a new process: start-up and
+    imports included), per source tree, interleaved: every command once a round and tree."""
+    def run(argv: list[str], tree: Path) -> Callable[[], float]:
+        def once() -> float:
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=cwd,
+                                  env=tree_env(tree, **env), capture_output=True, text=True)
+            took = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"scalestudy {' '.join(argv)} ({tree}) failed:\n{proc.stderr[-2000:]}")
+            return took
+        return once
+
+    return interleave({(name, t): run(argv, path) for name, argv in commands.items() for t, path in sources.items()},
+                      repeats, report=False)
+
+
+def cli_lines(commands: dict[str, list[str]], times: dict[tuple[str, str], list[float]], limit_s: float,
+              width: int) -> list[str]:
+    """One line a command: median (min–max) against ``limit_s``, and after/before where measured."""
+    lines = []
+    for name in commands:
+        xs = times[(name, "after")]
+        line = f"  scalestudy {name:{width}s} {summary(xs, 2, ' s')}  " \
+               f"{'ok' if statistics.median(xs) <= limit_s else 'OVER'} <= {limit_s:g} s"
+        if (name, "before") in times:
+            old = times[(name, "before")]
+            line += f"; before {summary(old, 2, ' s')}, after/before {statistics.median(per_round(xs, old)):.2f}"
+        lines.append(line)
+    return lines
 
 
 def median(xs: list[float]) -> float:

@@ -32,6 +32,8 @@ ROOMS = ("results_db.stats", "results_db.store", "results_db.analysis", "results
 FORBIDDEN = {"workloads": ("orchestrator", "results_db", "perf_model"),
              "results_db": ("orchestrator",), "perf_model": ("orchestrator",),
              "orchestrator.pools": ("orchestrator.sweep",),
+             # the GPU check starts runs as a sweep does, with nothing of a sweep
+             "orchestrator.gpu_check": ("orchestrator.sweep", "orchestrator.pools", "results_db", "perf_model"),
              "results_db.stats": ("workloads", "perf_model", "hydra_plugins",
                                   *[r for r in ROOMS if r != "results_db.stats"]),
              "results_db.store": ("results_db.analysis", "results_db.ingest", "results_db.report", "results_db.publish"),

@@ -12,9 +12,8 @@ The local site (this host, no scheduler) needs no Parsl: see ``pools.local``.
 
 Only Parsl's public interface: ``Config``, ``MPIExecutor`` and the providers with their
 documented options, Parsl's own launch command for the worker pool. It runs on the Parsl
-releases ``pyproject.toml`` names, from 2024.12.9 (the first whose ``ClusterProvider`` takes no
-``channel``, which the Cobalt provider needs; ``MPIExecutor`` has taken ``interchange_launch_cmd``
-since 2024.7.8) to the newest CI has run (``orchestrator.sweep.versions``).
+releases ``pyproject.toml`` names, from 2025.7.7 (the first whose worker pool cannot miss the
+interchange it probes for: ``orchestrator.sweep.versions``) to the newest CI has run.
 """
 
 from __future__ import annotations

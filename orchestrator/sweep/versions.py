@@ -16,12 +16,16 @@ releases").
 Supported today (docs/reference/development.md, "Supported Parsl and Hydra releases"; ``tests/orchestrator/test_versions.py`` checks
 that the page says what ``pyproject.toml`` does):
 
-- Parsl 2024.12.9 to 2026.10.26. The floor is the oldest release the Parsl-facing suites pass
-  on: it is the first whose ``ClusterProvider`` (the public base of scalestudy's Cobalt provider)
-  takes no ``channel`` (Parsl removed channels then; on 2024.12.2 and before, a Cobalt sweep
-  stops at once on the missing argument), and ``MPIExecutor`` has taken
-  ``interchange_launch_cmd`` (the interchange that dies with its driver) since 2024.7.8. The
-  ceiling is the newest release CI has run them on.
+- Parsl 2025.7.7 to 2026.10.26. The floor is the first release whose worker pool finds the
+  interchange by a probe message and its answer (Parsl PR #3896). Before it, the pool connected
+  and then attached a ZMQ monitor to hear the connection made: when the connection was made
+  first, as it is on a fast or loopback network whenever the pool's thread is descheduled between
+  the two calls, the event never came, and the pool waited its whole ``address_probe_timeout``
+  and quit ("No viable address found"). Under CI's load that happened in 2 of 3 runs of the
+  floor suites on 2024.12.9; a ZMQ socket that connects before its monitor is attached misses
+  the event every time (tried). The ceiling is the newest release CI has run the suites on.
+  (Since 2024.12.9 ``ClusterProvider``, the base of the Cobalt provider, takes no ``channel``;
+  since 2024.7.8 ``MPIExecutor`` takes ``interchange_launch_cmd``.)
 - Hydra 1.3.0 to 1.3.8, OmegaConf 2.3.0 to 2.3.1: the sweep app asks for Hydra 1.3's defaults
   (``version_base="1.3"``), and the Hydra-facing suites (Hydra's own launcher suites among them)
   pass on every 1.3 release tried, 1.3.0 (the floor), 1.3.1, 1.3.2 and 1.3.8 (the newest).

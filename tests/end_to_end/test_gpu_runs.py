@@ -5,7 +5,7 @@ launch lines run through stand-in launchers that refuse what the machines would 
 (tests/fake_launchers/gpu_launchers.py); validation; a GPU run where no GPU is visible failing
 in one line; and the GPU facts of a run stored and shown, or stored as missing. The engines'
 GPU data paths run on CPU tensors in tests/mpi_programs/check_allreduce.py and
-test_workload_mpi.py; benchmarks/gpu_check.py is the check on a real GPU.
+test_workload_mpi.py; orchestrator/gpu_check is the check on a real GPU.
 """
 
 from __future__ import annotations

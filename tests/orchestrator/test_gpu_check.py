@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py on the CPU: its agreement check and its negative control.
+"""orchestrator/gpu_check on the CPU: its agreement check and its negative control.
 
 What runs on a GPU cannot run here; what can is the check's own logic: several ranks against
 one process on the global batch, and the control (rank 1's contribution zeroed before every
@@ -7,16 +7,10 @@ sum) that the check must catch, so that a pass on a GPU means something.
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
-from conftest import REPO
-
-spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+from orchestrator.gpu_check import checks as gpu_check
 
 
 def test_distance_is_relative_to_the_training_move():

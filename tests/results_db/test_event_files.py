@@ -8,7 +8,6 @@ against ``timeline.step_stats`` over the whole frame at once (the ingestion read
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 
@@ -24,10 +23,9 @@ from results_db.store.runs import PlannedRun, register_runs
 from results_db.ingest.timeline import step_stats
 from workloads.spec import RunSpec
 
-from conftest import REPO, mpiexec, scalestudy, write_spec
+from conftest import mpiexec, scalestudy, write_spec
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from metrics_fixture import make_metrics_dir  # noqa: E402
+from synthetic_runs import make_metrics_dir
 
 
 def _ingest(url: str, run_dir, table: bool = False, key: str = "k"):
@@ -461,7 +459,7 @@ def test_an_emptied_events_folder_is_said_in_one_line(tmp_path, monkeypatch):
 # -- two databases on one events folder ---------------------------------------------------------
 
 def _run_folder(folder, ranks: int, steps: int, timeline: bool = True):
-    """A run folder as the workload writes it (``benchmarks/metrics_fixture.py``), no MPI; without
+    """A run folder as the workload writes it (``tests/synthetic_runs.py``), no MPI; without
     ``timeline`` its ranks wrote no event line (a run that recorded no timeline)."""
     make_metrics_dir(folder, ranks=ranks, steps=steps, events_per_step=5)
     if not timeline:

@@ -9,8 +9,7 @@ import pytest
 
 from conftest import REPO, env_with_bin
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from metrics_fixture import make_metrics_dir  # noqa: E402
+from synthetic_runs import make_metrics_dir
 
 PROGRAM = str(REPO / "tests" / "db_programs" / "ingest_rss.py")
 

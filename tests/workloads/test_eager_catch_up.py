@@ -95,10 +95,10 @@ def _simulated(kind: str, ranks: int, catch_up: bool) -> float:
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_eager_solo_rate_does_not_carry_the_delay_while_sync_slows_by_it(tmp_path, ranks):
-    """A straggler sleeps D = C every step. eager_solo's rounds per second stay within 10 % of
-    its rate without one (the simulated mechanism: 0.97, the last, synchronous round waits
-    once). At 2 ranks, the controls: sync falls to about C / (C + D); lockstep (every rank
-    computes every round, as before) carries the delays and fails the same check; and with one
+    """A straggler sleeps D = C every step. eager_solo's rounds per second stay within 0.1 of
+    the simulated mechanism's 0.97 of its rate without one (the last, synchronous round waits
+    once; carrying the delay would give 0.5). At 2 ranks, the controls: sync falls to about
+    C / (C + D); lockstep (every rank computes every round, as before) carries the delays and fails the same check; and with one
     rank of P drawn each step (eager-SGD's injection) the rank that leads a round meets a delay
     of its own half the time, so no mechanism keeps the rate (simulated: 0.75 of it with
     catch-up, 0.65 lockstep): the measured ratios follow the simulation
@@ -113,10 +113,14 @@ def test_eager_solo_rate_does_not_carry_the_delay_while_sync_slows_by_it(tmp_pat
                                       for name, fields in runs.items()})
     rate = {name: result["rounds_per_second"] for name, (result, _) in done.items()}
     print(f"rounds per second at {ranks} ranks: {rate}")
-    assert rate["eager_straggler"] >= 0.9 * rate["eager"], rate
+    # the simulated mechanism keeps 0.97 of the rate, carrying the delay would keep 0.5: within
+    # 0.1 of the simulation, as every ratio here (a fixed 0.9 failed once under CI's load at 0.89)
+    carried = _simulated("fixed", ranks, catch_up=False)
+    assert rate["eager_straggler"] / rate["eager"] >= _simulated("fixed", ranks, catch_up=True) - 0.1 > carried, rate
     if ranks == 2:
         assert rate["sync_straggler"] <= 0.75 * rate["sync"], rate      # C/(C+D) = 0.5, less the comm it shares
-        assert rate["lockstep_straggler"] < 0.9 * rate["eager"], rate   # the check can fail
+        # the check can fail: lockstep carries the delay
+        assert rate["lockstep_straggler"] / rate["eager"] < _simulated("fixed", ranks, True) - 0.1, rate
         for name, catch_up in (("eager_injected", True), ("lockstep_injected", False)):
             expected = _simulated("injected", ranks, catch_up)
             assert rate[name] / rate["eager"] == pytest.approx(expected, abs=0.1), (name, expected, rate)

@@ -1,8 +1,8 @@
 """The GPU check: the data paths GPU runs take, at several ranks, against an independent reference.
 
-    python benchmarks/gpu_check.py [--steps 10] [--repeats 5] [--out gpu_check.json]
-    python benchmarks/gpu_check.py --device cpu     # the same flow on the CPU: checks this script only
-    python benchmarks/gpu_check.py --system-mpi [--launcher srun]   # Polaris [Perlmutter], in a job
+    python -m orchestrator.gpu_check [--steps 10] [--repeats 5] [--out gpu_check.json]
+    python -m orchestrator.gpu_check --device cpu     # the same flow on the CPU: checks this script only
+    python -m orchestrator.gpu_check --system-mpi [--launcher srun]   # Polaris [Perlmutter], in a job
 
 Run it on a GPU node, in scalestudy's environment with a CUDA build of torch; it starts each case
 with this environment's mpiexec, as the local sites do. Every line says what it compared; exit
@@ -21,7 +21,7 @@ status 1 if any check fails, 2 if no GPU is visible. Four parts:
    one; two ranks sharing one GPU through pinned host staging; eager_solo and eager_majority
    with every round synchronous (then they are SGD on the global batch) through host staging.
 2. The negative control: the first agreement case again with rank 1's contribution zeroed before
-   every sum (benchmarks/gpu_check_rank.py --corrupt). The ranks still agree with one another;
+   every sum (orchestrator/gpu_check/rank.py --corrupt). The ranks still agree with one another;
    the check must report it as failed, or the whole check fails: a pass then means something.
 3. Every algorithm's loss on the device against the same run on the CPU, 1 rank (and async_ps,
    1 server + 1 worker): within 10 % of the CPU run's loss drop (eager-SGD at 2 ranks: 50 %, its
@@ -36,24 +36,20 @@ With ``--device cpu`` the same flow runs on CPU paths (host MPI in place of host
 CUDA-aware MPI, gloo in place of NCCL): it checks the script and its negative control, not a GPU.
 """
 
+
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from workloads.run_folder import rank_metrics_file
 
-from workloads.run_folder import rank_metrics_file, result_file  # noqa: E402
-from workloads.spec import RunSpec  # noqa: E402
+from .launch import LAUNCH, base, case_environment, cuda_aware_mpi, run, weights  # noqa: F401 - the check's parts, by name
 
 TOLERANCE = 0.10         # of the CPU run's loss drop over the steps
 EAGER_TOLERANCE = 0.50
@@ -64,95 +60,6 @@ EAGER_TOLERANCE = 0.50
 # of order 0.5 (the control prints its value).
 AGREEMENT = {"cpu": 1e-4, "cuda": 0.05}
 FUSION_MB = 0.02         # small_cnn's gradients in several fused groups per cycle
-RANK_PROGRAM = REPO / "benchmarks" / "gpu_check_rank.py"
-
-
-def _mpiexec() -> str:
-    found = shutil.which("mpiexec", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    if not found:
-        raise SystemExit("gpu_check: no mpiexec in this environment (pip install mpich, or load your MPI)")
-    return found
-
-
-# set by main(): "mpiexec" or "srun" (Perlmutter), and whether the MPI is the machine's (a Cray)
-LAUNCH = {"launcher": "mpiexec", "system_mpi": False}
-
-
-def case_environment(spec: RunSpec, folder: Path) -> dict[str, str]:
-    """The environment a sweep's run of ``spec`` gets (orchestrator.mpi.run_env): on a Cray,
-    MPICH_GPU_SUPPORT_ENABLED as the data path needs (the facility's modules leave it at 1, and
-    Cray MPICH then aborts a process without GTL), GTL preloaded for CUDA-aware MPI; NCCL's
-    network log into the case's folder. ``ConfigError`` where the node lacks what the path needs."""
-    from orchestrator.mpi.run_env import run_environment
-    from workloads.site_mpi import SITE_MPI_ENV
-
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads_per_worker)}
-    if LAUNCH["system_mpi"]:
-        env[SITE_MPI_ENV] = "system"
-    return {**env, **run_environment(spec, folder, env)}
-
-
-def _command(ranks: int) -> list[str]:
-    if LAUNCH["launcher"] == "srun":
-        return ["srun", "-n", str(ranks), "--ntasks-per-node", str(ranks)]
-    return [_mpiexec(), "-n", str(ranks)]
-
-
-def _launch(spec: RunSpec, folder: Path, program: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
-    folder.mkdir(parents=True, exist_ok=True)
-    spec.save(folder / "spec.json")
-    env = case_environment(spec, folder)
-    t0 = time.monotonic()
-    proc = subprocess.run([*_command(spec.world_size), sys.executable, *program],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
-    return proc, time.monotonic() - t0
-
-
-def _error(proc: subprocess.CompletedProcess) -> str:
-    return (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
-
-
-def run(spec: RunSpec, work: Path, name: str, timeout: float = 900) -> dict:
-    """One run of the workload, started as a local site starts it; its result and mean losses."""
-    folder = work / name
-    proc, seconds = _launch(spec, folder, ["-m", "workloads", str(folder / "spec.json")], timeout)
-    out = {"name": name, "seconds": seconds, "returncode": proc.returncode}
-    if proc.returncode != 0 or not result_file(folder).is_file():
-        out["error"] = _error(proc)
-        return out
-    result = json.loads(result_file(folder).read_text())
-    losses = []
-    for rank in range(spec.world_size):
-        steps = [json.loads(line) for line in rank_metrics_file(folder, rank).read_text().splitlines()
-                 if '"type":"step"' in line]
-        if steps:
-            losses.append((steps[0]["loss"], steps[-1]["loss"]))
-    out.update(throughput=result.get("throughput"), data_path_used=result.get("data_path_used"),
-               first_loss=statistics.mean(a for a, _ in losses), last_loss=statistics.mean(b for _, b in losses))
-    return out
-
-
-def weights(spec: RunSpec, work: Path, name: str, corrupt: bool = False, timeout: float = 900) -> dict:
-    """Train ``spec`` through gpu_check_rank.py: every rank's final weights, the initial ones, the
-    path the run took and its fused groups per step (from rank 0's timeline)."""
-    folder = work / name
-    out_file = folder / "weights.npz"
-    program = [str(RANK_PROGRAM), str(folder / "spec.json"), str(out_file)] + (["--corrupt"] if corrupt else [])
-    proc, seconds = _launch(spec, folder, program, timeout)
-    if proc.returncode != 0 or not out_file.is_file():
-        return {"name": name, "error": _error(proc)}
-    import numpy as np
-
-    arrays = np.load(out_file)
-    events = [json.loads(line) for line in rank_metrics_file(folder, 0).read_text().splitlines()
-              if '"type":"event"' in line and '"allreduce"' in line]
-    per_step: dict[int, int] = {}
-    for e in events:
-        per_step[e["step"]] = per_step.get(e["step"], 0) + 1
-    result = json.loads(result_file(folder).read_text()) if result_file(folder).is_file() else {}
-    return {"name": name, "seconds": seconds, "final": arrays["final"], "init": arrays["init"],
-            "data_path_used": result.get("data_path_used"),
-            "groups_per_step": statistics.median(per_step.values()) if per_step else 0}
 
 
 def distance(case: dict, reference: dict) -> tuple[float, float]:
@@ -167,15 +74,6 @@ def distance(case: dict, reference: dict) -> tuple[float, float]:
     return off, spread
 
 
-def base(device: str, **fields) -> RunSpec:
-    values = dict(study="gpu_check", site="local_gpu" if device == "cuda" else "local", nodes=1, workers_per_node=1,
-                  threads_per_node=1, batch_size=32, model="small_cnn", dataset="digits", epochs=1,
-                  steps_per_epoch=10, lr=0.1, momentum=0.9, seed=7, device=device,
-                  gpu_binding="direct" if device == "cuda" else "none", gpus_per_node=1 if device == "cuda" else 0)
-    values.update(fields)
-    return RunSpec(**values)
-
-
 def compare(case: str, gpu: dict, cpu: dict, tolerance: float) -> tuple[bool, str]:
     if "error" in gpu or "error" in cpu:
         return False, f"FAIL {case}: {gpu.get('error') or cpu.get('error')}"
@@ -187,35 +85,6 @@ def compare(case: str, gpu: dict, cpu: dict, tolerance: float) -> tuple[bool, st
     return ok, (f"{'ok  ' if ok else 'FAIL'} {case}: loss {gpu['first_loss']:.4f} -> {gpu['last_loss']:.4f} on the "
                 f"device, {cpu['first_loss']:.4f} -> {cpu['last_loss']:.4f} on the CPU: {off:+.1%} of the CPU's drop "
                 f"(tolerance {tolerance:.0%}); data path {gpu['data_path_used']}")
-
-
-QUERY_CUDA_SUPPORT = """
-from mpi4py import MPI
-query = getattr(MPI, "Query_cuda_support", None)
-print("yes" if query is not None and query() else "no" if query is not None else "unknown",
-      MPI.Get_library_version().splitlines()[0].strip())
-"""
-
-
-def cuda_aware_mpi(work: Path) -> tuple[bool, str]:
-    """Whether this MPI takes device pointers (MPIX_Query_cuda_support), asked by one rank started
-    as a cuda_aware_mpi run would be (never in this process: on a Cray, MPI_Init with GPU support
-    on and no GTL aborts)."""
-    from orchestrator.errors import ConfigError
-
-    folder = work / "cuda-aware-query"
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = base("cuda", algorithm="sync", data_path="cuda_aware_mpi")
-    try:
-        env = case_environment(spec, folder)
-    except ConfigError as exc:
-        return False, exc.reason
-    proc = subprocess.run([*_command(1), sys.executable, "-c", QUERY_CUDA_SUPPORT], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=REPO)
-    answer, _, library = proc.stdout.strip().partition(" ")
-    if proc.returncode != 0 or answer not in ("yes", "no"):
-        return False, f"this MPI cannot say ({_error(proc) if proc.returncode else 'no MPIX_Query_cuda_support'})"
-    return answer == "yes", f"{library} {'is' if answer == 'yes' else 'is not'} CUDA-aware"
 
 
 def agreement_cases(device: str, gpus: int, work: Path | None = None) -> tuple[list[tuple[str, dict, int]], list[str]]:
@@ -374,7 +243,7 @@ def header(device: str) -> str:
     import torch
 
     if device == "cpu":
-        return f"gpu_check --device cpu (checks this script, not a GPU); torch {torch.__version__}"
+        return f"gpu_check --device cpu (checks the check, not a GPU); torch {torch.__version__}"
     props = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
     driver = "?"

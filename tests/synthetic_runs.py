@@ -1,8 +1,13 @@
-"""Generate a large metrics directory shaped like what the workload writes with ``timeline=true``.
+"""Run folders shaped like what the workload writes, made without MPI, for the tests and the
+benchmarks that need many or large ones: ``make_metrics_dir`` (a timeline run, ``timeline=true``:
+per rank and step one step record, the forward, backward, wait and update phases,
+``events_per_step`` gradient-ready events and one fused allreduce per 20 gradients, as ResNet-50
+under a 64 MB threshold fuses 161 gradients into a handful of buffers) and ``template_run``
+(one finished run of 5 steps, as the database benchmarks ingest 100,000 of).
 
-Per rank and step: one step record; the forward, backward, wait and update phases;
-``events_per_step`` gradient-ready events and one fused allreduce per 20 gradients
-(ResNet-50 under a 64 MB threshold fuses 161 gradients into a handful of buffers).
+The benchmarks import it from here (``sys.path`` gets ``tests/``): a fixture lives with the tests
+that read it. ``tests/results_db/test_event_files.py`` ingests what it writes, so a change in the
+workload's records that these no longer match fails there.
 """
 
 from __future__ import annotations
@@ -51,3 +56,19 @@ def make_metrics_dir(root: Path, ranks: int, steps: int, events_per_step: int) -
     (root / "result.json").write_text(json.dumps({"schema": 1, "status": "done", "steps": steps, "world_size": ranks}))
     per_step = 1 + 4 + events_per_step + -(-events_per_step // 20)
     return ranks * steps * per_step
+
+
+def template_run(folder: Path, host: str, throughput: float) -> None:
+    (folder / "metrics").mkdir(parents=True, exist_ok=True)
+    t = 1.7e9
+    lines = [{"type": "run_start", "schema": 1, "host": host, "t": t, "versions": {"torch": "2.13.0"}}]
+    for step in range(5):
+        lines.append({"type": "step", "schema": 1, "step": step, "epoch": 0, "samples": 32, "t_start": t + step,
+                      "data": 0.001, "forward": 0.08, "backward": 0.13, "comm_wait": 0.002, "update": 0.002,
+                      "delay": 0.0, "loss": 2.0 - step * 0.1, "seconds": 0.215})
+    lines.append({"type": "run_end", "schema": 1, "status": "done", "summary": {}})
+    (folder / "metrics" / "rank-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "result.json").write_text(json.dumps({
+        "schema": 1, "kind": "builtin", "status": "done", "throughput": throughput, "train_seconds": 1.1,
+        "wall_seconds": 3.0, "steps": 5, "final_top1": 0.9, "final_loss": 1.6}))
+
