@@ -242,7 +242,8 @@ def compare(argv: Sequence[str]) -> int:
             from ..terminal.tables import compare_display
 
             frame = compare_display(table, args.metric)
-            print(compare_header(args.metric, baseline, table.attrs["better"]), file=sys.stderr)
+            print(compare_header(args.metric, baseline, table.attrs["better"], table.attrs.get("direction_default", "")),
+                  file=sys.stderr)
         render(frame, args.format, title=f"{args.metric} vs {baseline}", out=args.out)
         if args.knee is not None:   # beside a table; never inside CSV or JSON on stdout
             print_knees(table, baseline, args.knee, ignore, out=sys.stdout if args.format == "table" else sys.stderr)
@@ -251,12 +252,14 @@ def compare(argv: Sequence[str]) -> int:
     return 0
 
 
-def compare_header(metric: str, baseline: str, better: str) -> str:
-    """What compare's table rests on, in the words the docs' compare page explains."""
+def compare_header(metric: str, baseline: str, better: str, default: str = "") -> str:
+    """What compare's table rests on, in the words the docs' compare page explains; a direction
+    that no declaration gave is named as the default it is."""
     from results_db.stats.confidence import LEVEL, MIN_REPEATS
 
     way = "this / baseline" if better == "higher" else "baseline / this"
-    return (f"{metric} ({better} is better): mean ± std over repeats; speedup ({way}: above 1 is better) and "
+    said = f"{better} is better: {default}, --better to say otherwise" if default else f"{better} is better"
+    return (f"{metric} ({said}): mean ± std over repeats; speedup ({way}: above 1 is better) and "
             f"efficiency against {baseline}, with {LEVEL:.0%} t-intervals on the log ratio (Welch; none with fewer "
             f"than {MIN_REPEATS} repeats a side); detectable: the smallest change these repeats would find with "
             "80 % power")

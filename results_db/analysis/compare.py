@@ -91,7 +91,7 @@ def OUTPUT_COLUMNS(metric: str) -> list[str]:   # noqa: N802 - a table's layout,
 
 def compare_attrs(metric: str, better: str | None, runs: pd.DataFrame) -> dict:
     fact = metric_facts.measure_of(metric, runs["config"] if "config" in runs else (), better)
-    return {"better": fact.better, "unit": fact.unit}
+    return {"better": fact.better, "unit": fact.unit, "direction_default": fact.default}
 
 
 def _key(row, columns: Sequence[str]) -> tuple:
@@ -109,7 +109,8 @@ def _values(runs: pd.DataFrame, columns: Sequence[str], metric: str):
         yield part.iloc[0], list(part[metric].dropna())
 
 
-def _first_stage_of(config) -> float:
+def first_stage_of_config(config) -> float:
+    """The first stage a run's repeats-on-demand rule recorded in its config (``repeats.first_stage``), or NaN."""
     stage = (config.get("repeats") or {}).get("first_stage") if isinstance(config, dict) else None
     return float(stage) if isinstance(stage, (int, float)) and not isinstance(stage, bool) else math.nan
 
@@ -139,7 +140,7 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
     except metric_facts.MetricDirectionError as exc:
         raise CompareError(str(exc)) from None
     if "config" in runs.columns:   # repeats on demand: the first stage's size, as each run's config records it
-        runs = runs.assign(repeats_first_stage=[_first_stage_of(c) for c in runs["config"]])
+        runs = runs.assign(repeats_first_stage=[first_stage_of_config(c) for c in runs["config"]])
     runs = hashable(query.expand_json(runs, "params") if "params" in runs.columns else runs)
     if axis not in runs.columns:
         raise CompareError(f"baseline axis {axis!r}: no run of this selection has it")
@@ -196,7 +197,7 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
     out["log_se"] = [e.log_se if e else math.nan for e in estimates]
     out["df"] = [e.df if e else math.nan for e in estimates]
     out = out.drop(columns=["_resources", "_baseline_resources"])
-    out.attrs.update(better=fact.better, unit=fact.unit)
+    out.attrs.update(better=fact.better, unit=fact.unit, direction_default=fact.default)
     return out.rename(columns={"mean": f"{metric}_mean", "std": f"{metric}_std",
                                "baseline_mean": f"baseline_{metric}_mean"})
 

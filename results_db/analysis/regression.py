@@ -18,7 +18,7 @@ import pandas as pd
 from results_db.stats import confidence, multiplicity, power
 from results_db.store import metric_facts
 from results_db.store.query import expand_json
-from .compare import CompareError
+from .compare import CompareError, first_stage_of_config
 from .configuration import config_axes, hashable, values_key
 
 
@@ -40,6 +40,12 @@ def treatment_axes(a: pd.DataFrame, b: pd.DataFrame, axes) -> list[str]:
         if len(va) == 1 and len(vb) == 1 and va[0] != vb[0]:
             out.append(x)
     return out
+
+
+def _stage(runs: pd.DataFrame) -> int | None:
+    """A configuration's repeats-on-demand first stage (``compare.first_stage``'s rule)."""
+    found = runs["_first_stage"].dropna() if "_first_stage" in runs.columns else ()
+    return int(max(found)) if len(found) else None
 
 
 def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
@@ -65,6 +71,8 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
         runs = runs[runs["status"] == "done"] if "status" in runs else runs
         if runs.empty:
             raise CompareError("no finished runs on one side of the comparison")
+        if "config" in runs.columns:   # read before hashable() turns each config into text
+            runs = runs.assign(_first_stage=[first_stage_of_config(c) for c in runs["config"]])
         runs = hashable(expand_json(runs, "params") if "params" in runs.columns else runs)
         if metric not in runs.columns:
             raise CompareError(f"metric {metric!r}: not a column of these runs")
@@ -78,9 +86,13 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
     keys = varying or axes[:1]
     groups_a: dict[tuple, list] = {}
     groups_b: dict[tuple, list] = {}
-    for frame, groups in ((a, groups_a), (b, groups_b)):
+    stages: dict[tuple, int | None] = {}   # (side, key): a repeats-on-demand first stage, as compare reads it
+    for side, frame, groups in (("a", a, groups_a), ("b", b, groups_b)):
+        if "repeat" in frame.columns:   # in repeat order: a first stage is the first repeats
+            frame = frame.sort_values("repeat", kind="stable")
         for k, g in frame.groupby(keys, dropna=False):
             groups.setdefault(_key(k), []).extend(g[metric].dropna().tolist())
+            stages[(side, _key(k))] = _stage(g)
     both = [k for k in groups_a if k in groups_b]
     level = multiplicity.family_alpha(correction, confidence.ALPHA, len(both))
     rows = []
@@ -90,7 +102,8 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
         row.update(a_repeats=len(va or []), b_repeats=len(vb or []),
                    a_mean=pd.Series(va, dtype=float).mean(), b_mean=pd.Series(vb, dtype=float).mean())
         if va and vb:
-            v = confidence.verdict(va, vb, higher_is_better=fact.higher_is_better, speed=fact.speed)
+            v = confidence.verdict(va, vb, higher_is_better=fact.higher_is_better, speed=fact.speed,
+                                   first_stage=(stages.get(("a", key)), stages.get(("b", key))))
             row.update(change=v.ratio, change_low=v.low, change_high=v.high, p_value=v.p_value, effect=v.effect,
                        verdict=v.verdict, detectable=_detectable(va, vb, level))
         else:
@@ -104,7 +117,7 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
     decided = out["verdict"].isin((good, bad, "no evidence"))
     out.loc[decided & ~(out["p_adjusted"] < confidence.ALPHA), "verdict"] = "no evidence"
     out = out[[*keys, *COLUMNS]]
-    out.attrs.update(treatment=treated, better=fact.better, correction=correction,
+    out.attrs.update(treatment=treated, better=fact.better, direction_default=fact.default, correction=correction,
                      correction_text=multiplicity.describe(correction, confidence.ALPHA, len(both)),
                      family_alpha=level)
     return out
@@ -131,7 +144,9 @@ def verdict_counts(table: pd.DataFrame) -> str:
 def legend(table: pd.DataFrame, metric: str) -> str:
     """What a two-set comparison's numbers rest on, in one paragraph (the terminal's and the report's)."""
     better = table.attrs.get("better", "higher")
-    return (f"{metric} ({better} is better): means (repeats); B/A with its own {confidence.LEVEL:.0%} t-interval on the "
+    default = table.attrs.get("direction_default", "")
+    said = f"{better} is better: {default}, --better to say otherwise" if default else f"{better} is better"
+    return (f"{metric} ({said}): means (repeats); B/A with its own {confidence.LEVEL:.0%} t-interval on the "
             f"log ratio (Welch; none with fewer than {confidence.MIN_REPEATS} repeats a side); p, the log-ratio "
             f"t-test's; p adj. and the verdicts by {table.attrs.get('correction_text', 'Holm')}; g, Hedges' g; "
             f"detectable, the smallest change these repeats find with 80 % power at the level one configuration "

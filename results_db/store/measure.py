@@ -14,6 +14,8 @@ class Measure:
     better: str           # "higher" or "lower"
     unit: str = ""
     speed: bool = False   # a rate or a time: its verdicts read "faster"/"slower" (else "better"/"worse")
+    # where the direction comes from, when it is not a declaration (a default, which the output names)
+    default: str = ""
 
     @property
     def higher_is_better(self) -> bool:

@@ -1,12 +1,14 @@
 """Which way each measure is better, and its unit: one declaration, read by every comparison.
 
 A run column that measures something declares it beside itself in ``schema.py``
-(``info=measure("lower", "s", speed=True)``); netbench's per-size metrics are declared here by
-name pattern; a user's own metric declares it in its workload config
-(``workload.metrics.NAME: {pattern: ..., better: lower}``, or ``{better: lower}`` alone for a value
-``report.result()`` gives) or on the command line (``compare --better lower``). A metric with no
-declaration is refused by every comparison until it has one: a time read as a throughput turns
-a 30 % saving into "a speedup of 0.70".
+(``info=measure("lower", "s", speed=True)``); a user's own metric declares it in its workload
+config (``workload.metrics.NAME: {pattern: ..., better: lower}``, or ``{better: lower}`` alone for
+a value ``report.result()`` gives) or on the command line (``compare --better lower``), and a
+declaration always wins. The project's own network benchmark (``workloads.netbench``, the
+``network`` study) has its per-size metrics' directions as defaults by name pattern, for its own
+runs only, and a comparison that leans on one says so (``Measure.default``). Any other metric with
+no declaration is refused by every comparison until it has one, whatever its name: a time read as
+a throughput turns a 30 % saving into "a speedup of 0.70".
 
 Speedup and efficiency read the direction so that above 1 is always better: for a higher-is-better
 metric, speedup = this / baseline; for a lower-is-better one (a time, an energy), baseline / this.
@@ -21,10 +23,13 @@ from typing import Iterable, Mapping
 from .measure import BETTER, Measure
 from .schema import runs_table
 
-# netbench's (workloads/netbench.py) per-message-size metrics, stored as metrics.NAME
-NETBENCH = ((re.compile(r"^(busbw|algbw)_gbps_\d+b$"), Measure("higher", "GB/s", speed=True)),
-            (re.compile(r"^time_us_\d+b$"), Measure("lower", "us", speed=True)),
-            (re.compile(r"^latency_us$"), Measure("lower", "us", speed=True)))
+# netbench's (workloads/netbench.py) per-message-size metrics, stored as metrics.NAME: defaults
+# for the runs of netbench itself, never for a user's metric that happens to share a name
+NETBENCH_MODULE = "workloads.netbench"
+NETBENCH_DEFAULT = "netbench's default for its own runs"
+NETBENCH = ((re.compile(r"^(busbw|algbw)_gbps_\d+b$"), Measure("higher", "GB/s", True, NETBENCH_DEFAULT)),
+            (re.compile(r"^time_us_\d+b$"), Measure("lower", "us", True, NETBENCH_DEFAULT)),
+            (re.compile(r"^latency_us$"), Measure("lower", "us", True, NETBENCH_DEFAULT)))
 
 
 class MetricDirectionError(ValueError):
@@ -49,6 +54,14 @@ def declared_in_configs(configs: Iterable[object], name: str) -> set[str]:
     return found
 
 
+def runs_netbench(config: object) -> bool:
+    """Whether a run's config is a run of the project's network benchmark (its command runs
+    ``python -m workloads.netbench``)."""
+    workload = config.get("workload") if isinstance(config, Mapping) else None
+    command = workload.get("command") if isinstance(workload, Mapping) else None
+    return isinstance(command, (list, tuple)) and NETBENCH_MODULE in map(str, command)
+
+
 def measure_of(metric: str, configs: Iterable[object] = (), better: str | None = None) -> Measure:
     """The declared measure of ``metric`` (a run column or ``metrics.NAME``); ``better`` (the
     command line's) wins over a declaration. Refused in one line when nothing declares it."""
@@ -62,15 +75,17 @@ def measure_of(metric: str, configs: Iterable[object] = (), better: str | None =
         return columns[metric]
     if metric.startswith("metrics."):
         name = metric.removeprefix("metrics.")
-        for pattern, found in NETBENCH:
-            if pattern.match(name):
-                return found
+        configs = list(configs)
         declared = declared_in_configs(configs, name)
         if len(declared) == 1:
             return Measure(declared.pop())
         if len(declared) > 1:
             raise MetricDirectionError(f"metric {metric!r}: its runs declare both higher and lower as better; "
                                        "give --better higher or --better lower")
+        if configs and all(runs_netbench(c) for c in configs):
+            for pattern, found in NETBENCH:
+                if pattern.match(name):
+                    return found
         raise MetricDirectionError(
             f"metric {metric!r} declares no direction: add `better: higher` or `better: lower` to "
             f"workload.metrics.{name} in its config, or give --better higher|lower")

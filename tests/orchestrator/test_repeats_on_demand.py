@@ -48,7 +48,7 @@ def test_a_configuration_gets_the_repeats_its_interval_needs_and_no_more(tmp_pat
     assert len(query.runs(engine, study="tight")) == 5
     # every run records the first stage's size, and compare takes the variance from it (Stein):
     # var(100, 101, 102) = 1 over 5 repeats' mean, not var(100..104) = 2.5
-    assert {compare._first_stage_of(c) for c in runs["config"]} == {3.0}
+    assert {compare.first_stage_of_config(c) for c in runs["config"]} == {3.0}
     from results_db.stats import confidence
     baseline = [100.0, 100.5, 99.5]
     est = confidence.ratio_estimate(sorted(runs["throughput"]), baseline, first_stage=(3, None))

@@ -132,3 +132,36 @@ def test_compare_without_a_baseline_takes_the_reports_default(engine, tmp_path):
     assert "baseline: nodes=1 (the default" in chosen.stderr and chosen.stdout == given.stdout
     bare = scalestudy("compare", "--db", url, cwd=tmp_path)
     assert bare.returncode == 2 and "--baseline AXIS=VALUE, or --study NAME" in bare.stderr
+
+
+def _runs_on_demand(values_by_nodes: dict[int, list[float]], first_stage: int | None) -> pd.DataFrame:
+    """Finished runs as query.runs gives them, one configuration per node count, repeats in
+    order; ``first_stage``: what repeats on demand recorded in each run's config."""
+    from workloads.spec import RunSpec
+
+    rows = []
+    for nodes, values in values_by_nodes.items():
+        for repeat, value in enumerate(values):
+            spec = RunSpec(study="s", nodes=nodes, repeat=repeat)
+            config = {"repeats": {"first_stage": first_stage}} if first_stage else {}
+            rows.append({**spec.to_dict(), "world_size": spec.world_size, "status": "done", "throughput": value,
+                         "config": config})
+    return pd.DataFrame(rows)
+
+
+def test_compare_and_compare_against_give_one_interval_on_the_same_runs():
+    """Issue 61: ``compare --against`` ignored the repeats-on-demand first stage that ``compare``
+    reads, and printed another interval for the same pair of configurations."""
+    from results_db.analysis import regression
+
+    values = {1: [100.0, 101.0, 102.0, 103.0, 104.0], 2: [190.0, 196.0, 193.0, 191.5, 194.0, 192.0]}
+    for stage in (3, None):   # with the rule's first stage, and the control without one
+        runs = _runs_on_demand(values, stage)
+        table = compare.compare_runs(runs, "nodes=1").set_index("nodes")
+        sets = regression.compare_sets(runs[runs["nodes"] == 1], runs[runs["nodes"] == 2])
+        assert sets.attrs["treatment"] == ["nodes"]
+        assert sets["change_low"].iloc[0] == pytest.approx(table.loc[2, "speedup_low"], rel=1e-12)
+        assert sets["change_high"].iloc[0] == pytest.approx(table.loc[2, "speedup_high"], rel=1e-12)
+    staged = compare.compare_runs(_runs_on_demand(values, 3), "nodes=1").set_index("nodes")
+    plain = compare.compare_runs(_runs_on_demand(values, None), "nodes=1").set_index("nodes")
+    assert staged.loc[2, "df"] != pytest.approx(plain.loc[2, "df"])   # the first stage changes the interval
