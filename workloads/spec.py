@@ -121,7 +121,7 @@ class RunSpec:
                            help="eager_*: a synchronous round and model averaging every this many steps instead "
                                 "of resync_epochs (0: resync_epochs decides)")
     eager_catch_up: str = axis("apply_all", builtin_only=True, label="catch-up", hashed_when_default=False,
-                               help="eager_*: paper: the paper's mechanism as the authors' code runs it (every "
+                               help="eager_*: paper: the paper's mechanism after the authors' code (every "
                                     "rank computes each of its steps and applies the latest result; models drift "
                                     "until resynchronised to rank 0's); extensions: a rank that missed rounds "
                                     "joins the round the others reached and applies every missed result "

@@ -9,9 +9,13 @@ and checked here as a site file is.
 settings that differ (ranks, model, emulated compute): a claim is compared, never assumed.
 
 Our ``sync`` stands for the papers' synchronous SGD (Deep500's allreduce SGD and Horovod: ours
-is Horovod's design, fused allreduces overlapped with backprop); a speedup here is a ratio of
-rounds per second (the paper's steps/s, ``runs.rounds_per_second``), with the spread of the
-ratio of means over repeats.
+is Horovod's design, fused allreduces overlapped with backprop). A speedup's headline is in the
+unit the paper measured: one process's steps per second (the gradients a process computed per
+second: under ``apply_all`` and ``latest`` a late rank skips rounds, and the job's rounds per
+second then overstate each process's steps), with rounds/s and gradients/s beside it, labelled;
+a time to the target is a ratio of seconds, the baseline's over this mode's. A claim whose figure
+the study was calibrated from (``calibration``: the compute time and learning rate chosen so that
+sync matches it) says so, and is no result.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class PaperClaim:
     settings: str = ""             # the paper's settings, in words
     target: float | None = None    # seconds_to_loss: the validation loss to reach
     unit: str = ""                 # the unit of value (METRICS)
+    calibration: str = ""          # what the study took from this figure: then it is no result
+    caveat: str = ""               # what of this run is not comparable with the paper's figure
 
 
 # what a claim's number is, and its unit: "speedup" (rounds/s over the baseline's), "top1" (final
@@ -70,7 +76,7 @@ def load_claims(folder: Path | None = None) -> tuple[PaperClaim, ...]:
 
 _REQUIRED = {"study": str, "source": str, "what": str, "metric": str, "value": (int, float), "unit": str,
              "match": dict, "settings": str}
-_OPTIONAL = {"baseline": dict, "target": (int, float)}
+_OPTIONAL = {"baseline": dict, "target": (int, float), "calibration": str, "caveat": str}
 
 
 def _claim(path: Path, number: int, paper: str, entry: Any) -> PaperClaim:
@@ -101,7 +107,8 @@ def _claim(path: Path, number: int, paper: str, entry: Any) -> PaperClaim:
         raise PaperClaimsError(f"{where}: a speedup names its baseline, a seconds_to_loss its target, and no other claim does")
     return PaperClaim(entry["study"], f"{paper}, {entry['source']}", entry["what"], entry["metric"], float(entry["value"]),
                       dict(entry["match"]), dict(entry.get("baseline", {})), entry["settings"],
-                      float(entry["target"]) if "target" in entry else None, entry["unit"])
+                      float(entry["target"]) if "target" in entry else None, entry["unit"],
+                      entry.get("calibration", ""), entry.get("caveat", ""))
 
 
 CLAIMS = load_claims()
@@ -123,27 +130,60 @@ def select_runs(runs: pd.DataFrame, match: dict[str, Any]) -> pd.DataFrame:
 
 
 def settings_of(runs: pd.DataFrame) -> str:
-    """This run's settings where they may differ from the paper's."""
-    parts = []
-    for axis, name in (("world_size", "ranks"), ("model", "model"), ("dataset", "data"), ("compute", "compute"),
-                       ("batch_size", "batch per rank"), ("epochs", "epochs")):
-        if axis in runs.columns and runs[axis].notna().any():
-            values = sorted({str(v) for v in runs[axis].dropna()})
-            parts.append(f"{name} {'/'.join(values)}")
+    """This run's settings where they may differ from the paper's: ranks, model, data, compute,
+    batch, the imbalance (how many of the ranks are delayed, and by how much) and the run's length
+    in steps."""
+    def values(axis: str) -> list[str]:
+        if axis not in runs.columns or not runs[axis].notna().any():
+            return []
+        return sorted({str(v) for v in runs[axis].dropna()}, key=lambda v: (len(v), v))
+
+    parts = [f"{name} {'/'.join(values(axis))}" for axis, name in (
+        ("world_size", "ranks"), ("model", "model"), ("dataset", "data"), ("compute", "compute"),
+        ("batch_size", "batch per rank"), ("epochs", "epochs")) if values(axis)]
+    imbalance = _imbalance(runs)
+    if imbalance:
+        parts.append(imbalance)
+    if values("steps"):
+        parts.append(f"{'/'.join(values('steps'))} steps")
     return ", ".join(parts)
+
+
+def _imbalance(runs: pd.DataFrame) -> str:
+    """The injected imbalance in words, with the fraction of ranks it delays (1 of 8 here, where
+    the paper's ResNet-50 delays 4 of 64)."""
+    kinds = {str(k) for k in runs["imbalance_kind"].dropna()} if "imbalance_kind" in runs.columns else set()
+    if len(kinds) != 1:
+        return ""
+    kind = kinds.pop()
+    delays = sorted({f"{float(v):g}" for v in runs["imbalance_delay_ms"].dropna()}) \
+        if "imbalance_delay_ms" in runs.columns else []
+    ms = f"{'/'.join(delays)} ms" if delays else ""
+    size = "/".join(sorted({str(int(v)) for v in runs["world_size"].dropna()})) if "world_size" in runs.columns else "?"
+    if kind == "injected":
+        k = "/".join(sorted({str(int(v)) for v in runs["imbalance_ranks"].dropna()})) \
+            if "imbalance_ranks" in runs.columns else "1"
+        return f"{k} of {size} ranks drawn each step, delayed {ms}"
+    if kind == "fixed":
+        return f"1 of {size} ranks delayed {ms} every step"
+    if kind == "shifted":
+        return f"every rank delayed up to {ms}, shifted each step"
+    return "imbalance inherent in the data" if kind == "inherent" else f"imbalance {kind} {ms}".strip()
 
 
 # -- this study's runs beside the claims ---------------------------------------------------------
 #
-# For a claim of one algorithm over another (a speedup), three ratios, each with its interval over
+# For a claim of one algorithm over another (a speedup), four ratios, each with its interval over
 # the repeats (``confidence.ratio_estimate``: from 3 repeats a side; with fewer, the range of each
-# repeat over the baseline's mean): rounds per second (the paper's steps/s: one process's step
-# counter; under ``paper``, ``lockstep`` and sync every rank takes every step), gradients per
-# second (under ``apply_all`` and ``latest`` a late rank skips rounds, and rounds/s overstates the
-# work), and time to the paper's target (a validation loss, or the baseline's stated top-1) as a
-# speedup, the baseline's seconds over this mode's. A claim of a rate, a time or an accuracy gives
-# this run's mean with its range over the runs. Each eager-SGD claim is answered once per
-# ``eager_catch_up`` mode the study ran: the paper's own mechanism and the extensions side by side.
+# repeat over the baseline's mean). The headline (``this_run``): one process's steps per second,
+# the paper's steps/s (``process_steps``: under ``paper``, ``lockstep`` and sync every rank takes
+# every step, so it equals rounds/s; under ``apply_all`` and ``latest`` a late rank skips rounds
+# and takes fewer). Beside it: the job's rounds per second, its gradients per second, and time to
+# the paper's target (a validation loss, or the baseline's stated top-1), the baseline's seconds
+# over this mode's. A claim of a rate gives one process's steps/s too (its rounds/s beside it); a
+# time or an accuracy, this run's mean with its range over the runs. Each eager-SGD claim is
+# answered once per ``eager_catch_up`` mode the study ran: the paper's own mechanism and the
+# extensions side by side.
 
 COLUMNS = ["claim", "source", "mode", "paper", "this_run", "spread", "rounds", "gradients", "time_to_target", "runs",
            "paper_settings", "this_run_settings", "note", "metric"]
@@ -213,21 +253,20 @@ def paper_vs_run(runs: pd.DataFrame, study: str, evals: pd.DataFrame | None = No
                 if base.empty:
                     row["note"] = "no finished run of the baseline"
                 else:
-                    row["this_run"], row["rounds"] = _ratio_text(_col(mine, "rounds_per_second"),
-                                                                 _col(base, "rounds_per_second"))
-                    row["spread"] = row["rounds"]
+                    row["this_run"], row["spread"] = _ratio_text(process_steps(mine), process_steps(base))
+                    _, row["rounds"] = _ratio_text(_col(mine, "rounds_per_second"), _col(base, "rounds_per_second"))
                     _, row["gradients"] = _ratio_text(_col(mine, "gradients_per_second"),
                                                       _col(base, "gradients_per_second"))
                     t_mine, t_base = _seconds(mine, evals, target), _seconds(base, evals, target)
-                    if len(t_mine.dropna()) and len(t_base.dropna()):   # a time: the baseline's over this one's
-                        _, row["time_to_target"] = _ratio_text(1 / t_mine, 1 / t_base)
+                    if len(t_mine.dropna()) and len(t_base.dropna()):   # seconds over seconds: the baseline's over this one's
+                        _, row["time_to_target"] = _ratio_text(t_base, t_mine)
                     elif target is not None:
                         row["time_to_target"] = "not reached" if evals is not None and not _emulated(mine) else \
                             "not measured (emulated compute)"
             elif claim.metric == "rate":
-                _mean_range(row, _col(mine, "rounds_per_second"), 2)
-                g = (_col(mine, "gradients_per_second") / _col(mine, "world_size")).dropna()
-                row["gradients"] = f"{g.mean():.2f} per rank ({g.min():.2f}–{g.max():.2f})" if len(g) else ""
+                _mean_range(row, process_steps(mine), 2)
+                r = _col(mine, "rounds_per_second").dropna()
+                row["rounds"] = f"{r.mean():.2f} rounds/s ({r.min():.2f}–{r.max():.2f})" if len(r) else ""
             elif claim.metric == "seconds_to_loss":
                 seconds = _seconds(mine, evals, ("loss", claim.target)).dropna()
                 if seconds.empty:
@@ -244,8 +283,22 @@ def paper_vs_run(runs: pd.DataFrame, study: str, evals: pd.DataFrame | None = No
                         "no accuracy recorded"
                 else:
                     _mean_range(row, values, 3)
+            notes = [n for n in (row["note"], claim.calibration and f"calibration, not a result: {claim.calibration}",
+                                 claim.caveat) if n]
+            row["note"] = "; ".join(notes)
             rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def process_steps(runs: pd.DataFrame) -> pd.Series:
+    """One process's steps per second, the unit of the paper's steps/s: the gradients the job's
+    computing ranks computed per second, per rank (the parameter server's rank computes none).
+    Runs that recorded no gradient count (rows from before it was kept) give their rounds/s."""
+    workers = _col(runs, "world_size")
+    if "algorithm" in runs.columns:
+        workers = workers - (runs["algorithm"] == "async_ps").astype(float)
+    per = _col(runs, "gradients_per_second") / workers
+    return per.where(per.notna(), _col(runs, "rounds_per_second"))
 
 
 def _col(runs: pd.DataFrame, name: str) -> pd.Series:

@@ -84,10 +84,11 @@ def test_paper_vs_run_divides_mean_rates_and_says_what_it_could_not_measure():
     assert math.isnan(top1["this_run"]) and top1["note"].startswith("not measured")
     assert paper_vs_run(runs, "another_study").empty
     # three repeats a side and two modes: a row per mode, each ratio with its interval
-    three = _runs([{"algorithm": "sync", "imbalance_delay_ms": 300, "rounds_per_second": v, "gradients_per_second": 8 * v}
-                   for v in (1.0, 1.1, 1.2)]
+    three = _runs([{"algorithm": "sync", "imbalance_delay_ms": 300, "rounds_per_second": v, "gradients_per_second": 8 * v,
+                    "imbalance_kind": "injected", "imbalance_ranks": 1, "steps": 20} for v in (1.0, 1.1, 1.2)]
                   + [{"algorithm": "eager_solo", "imbalance_delay_ms": 300, "eager_catch_up": mode,
-                      "rounds_per_second": v, "gradients_per_second": g}
+                      "rounds_per_second": v, "gradients_per_second": g, "imbalance_kind": "injected",
+                      "imbalance_ranks": 1, "steps": 20}
                      for mode, vs in (("paper", (1.3, 1.4, 1.5)), ("apply_all", (1.5, 1.6, 1.7)))
                      for v, g in zip(vs, (9.0, 9.5, 10.0))])
     rows = paper_vs_run(three, "eager_sgd_paper_resnet50")
@@ -98,8 +99,42 @@ def test_paper_vs_run_divides_mean_rates_and_says_what_it_could_not_measure():
     half = stats.ttest_ind(x / x.mean(), y / y.mean(), equal_var=False).confidence_interval().high
     ratio = x.mean() / y.mean()
     assert deep.loc["paper", "rounds"] == f"{ratio:.2f} [{ratio * np.exp(-half):.2f}, {ratio * np.exp(half):.2f}]"
-    assert deep.loc["apply_all", "this_run"] == pytest.approx(1.6 / 1.1)
+    # the headline is one process's steps/s (gradients per rank): apply_all's 9.5 / 8 against
+    # sync's 8.8 / 8, not its rounds/s 1.6 / 1.1, which stand beside it
+    assert deep.loc["apply_all", "this_run"] == pytest.approx(9.5 / 8.8)
+    assert deep.loc["apply_all", "rounds"].startswith(f"{1.6 / 1.1:.2f} [")
     assert deep.loc["paper", "gradients"].startswith(f"{9.5 / 8.8:.2f} [")
+    assert "1 of 8 ranks drawn each step, delayed 300 ms" in deep.loc["paper", "this_run_settings"]
+    assert "20 steps" in deep.loc["paper", "this_run_settings"]
+
+
+def test_process_steps_count_a_parameter_servers_workers_and_a_skipping_ranks_steps():
+    """Independent arithmetic: sync's gradients are rounds x ranks; apply_all's late rank skips
+    rounds; the parameter server's rank computes none."""
+    from results_db.analysis.paper_claims import process_steps
+
+    runs = pd.DataFrame([{"algorithm": "sync", "world_size": 8, "rounds_per_second": 2.0, "gradients_per_second": 16.0},
+                         {"algorithm": "eager_solo", "world_size": 8, "rounds_per_second": 3.0,
+                          "gradients_per_second": 22.0},
+                         {"algorithm": "async_ps", "world_size": 8, "rounds_per_second": 1.0, "gradients_per_second": 7.0},
+                         {"algorithm": "sync", "world_size": 8, "rounds_per_second": 2.5,
+                          "gradients_per_second": math.nan}])
+    assert list(process_steps(runs)) == [2.0, 22.0 / 8, 1.0, 2.5]
+
+
+def test_calibrated_claims_and_what_is_not_comparable_are_said():
+    """A figure the study was calibrated from is marked so, never read as agreement; the LSTM's
+    top-1 on generated sequences is said not to compare with the paper's."""
+    calibrated = [c for c in CLAIMS if c.calibration]
+    assert {c.study for c in calibrated} >= {"eager_sgd_paper_hyperplane", "eager_sgd_paper_hyperplane_quarter"}
+    assert all(c.match.get("algorithm") == "sync" for c in calibrated)
+    runs = _runs([{"algorithm": "sync", "imbalance_delay_ms": 200.0, "rounds_per_second": 1.6, "model": "hyperplane_mlp",
+                   "gradients_per_second": 12.8}])
+    table = paper_vs_run(runs, "eager_sgd_paper_hyperplane").set_index("claim")
+    assert "calibration, not a result" in table.loc["synch-SGD steps/s at 200 ms", "note"]
+    assert table.loc["synch-SGD steps/s at 200 ms", "this_run"] == pytest.approx(1.6)
+    lstm = [c for c in CLAIMS if c.study == "eager_sgd_paper_lstm" and c.metric == "top1"]
+    assert lstm and all("not comparable" in c.caveat for c in lstm)
 
 
 @pytest.mark.mpi
@@ -120,3 +155,23 @@ def test_a_paper_study_reports_paper_vs_this_run(tmp_path):
     assert majority["mode"] == "apply_all" and majority["runs"] == 1 and majority["this_run"] > 1.0     # majority outpaces sync under shifted delays
     solo = table.loc["top-1 test accuracy, eager-SGD (solo)"]
     assert solo["runs"] == 0 and solo["note"] == "no finished run"
+
+
+def test_time_to_target_is_seconds_over_seconds():
+    """Issue 61: the ratio was of mean 1/t; the paper's is seconds over seconds (625.3 s / 312 s).
+    Independent arithmetic on made-up evaluations, and the old reading as the control."""
+    from results_db.stats.confidence import ratio_estimate
+
+    sync_t, eager_t = [20.0, 30.0, 46.0], [10.0, 15.0, 20.0]
+    rows, evals = [], []
+    for i, (algorithm, t) in enumerate([("sync", t) for t in sync_t] + [("eager_solo", t) for t in eager_t]):
+        rows.append({"run_id": i, "algorithm": algorithm, "imbalance_delay_ms": 200.0, "rounds_per_second": 1.0,
+                     "gradients_per_second": 8.0, "model": "hyperplane_mlp", "compute": "padded"})
+        evals += [{"run_id": i, "epoch": 0, "wall": t / 2, "loss": 900.0, "top1": None, "samples_seen": None},
+                  {"run_id": i, "epoch": 1, "wall": t, "loss": 4.0, "top1": None, "samples_seen": None}]
+    table = paper_vs_run(_runs(rows), "eager_sgd_paper_hyperplane", pd.DataFrame(evals)).set_index("claim")
+    text = table.loc["eager-SGD (solo) over synch-SGD at 200 ms (2.45 vs 1.64 steps/s)", "time_to_target"]
+    est = ratio_estimate(sync_t, eager_t)
+    assert text == f"{np.mean(sync_t) / np.mean(eager_t):.2f} [{est.low:.2f}, {est.high:.2f}]"
+    old = np.mean(1 / np.array(eager_t)) / np.mean(1 / np.array(sync_t))
+    assert f"{old:.2f}" != text[:4]

@@ -4,10 +4,11 @@ Each step's gradients go through one round of a partial allreduce
 (``workloads.comm.partial``): the round fires without waiting for late ranks, whose
 gradients join a later round. What a rank that was late does is ``catch_up``:
 
-- ``paper``: the paper's mechanism, as the authors' code runs it (``Shigangli/eager-SGD``,
-  fflib2 and ``opt_esgd_*_imagenet_imbalance.py``): every process computes each of its own
-  steps; its k-th gradient joins round k if that round has not fired yet, else the next round it
-  takes part in; it applies the latest result in its receive buffer (a process that lagged sees
+- ``paper``: the paper's mechanism, after the authors' code (``Shigangli/eager-SGD``, fflib2
+  and ``opt_esgd_*_imagenet_imbalance.py``), with one difference: every process computes each of
+  its own steps; its k-th gradient joins round k if that round has not fired yet, else the next
+  round it takes part in (the authors' op drops a gradient whose round fired without it; here it
+  is added to the next); it applies the latest result in its receive buffer (a process that lagged sees
   only the newest round, and may apply it again at its next step), so models drift; solo runs
   every 33rd round synchronously (fflib2's limiter, ``LIMITER 32``: its only bound on staleness;
   majority has none); and every ``sync_every`` steps (``resync_epochs`` epochs, 10 by default as
