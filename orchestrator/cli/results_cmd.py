@@ -277,17 +277,21 @@ def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdou
     metric_columns = set(OUTPUT_COLUMNS(next(c for c in table.columns if c.startswith("baseline_"))
                                         .removeprefix("baseline_").removesuffix("_mean")))
     groups = [c for c in table.columns if c not in (axis, *ignore, "energy_kj_mean") and c not in metric_columns]
-    for _, row in knee(table, axis, threshold, groups).iterrows():
+    knees = knee(table, axis, threshold, groups)
+    family, each = knees.attrs["family"], knees.attrs["series_level"]
+    for _, row in knees.iterrows():
         where = ", ".join(f"{g}={cell(row[g])}" for g in groups)
         prefix = f"knee ({where}): " if where else "knee: "
         if row["knee"] is None:
             print(f"{prefix}none: the largest {axis} does not have efficiency below {threshold:g} with "
-                  f"{LEVEL:.0%} confidence", file=out)
+                  f"{each:.3g} confidence", file=out)
         else:
             beyond = f" and at the {row['beyond'] - 1} larger" if row["beyond"] > 1 else ""
             print(f"{prefix}{axis}={cell(row['knee'])}: efficiency {cell(row['efficiency'])} (one-sided "
-                  f"{LEVEL:.0%} bound {cell(row['efficiency_upper'])}) < {threshold:g} there{beyond}; the chance "
-                  f"of naming a size that is not below is at most {1 - LEVEL:.0%}", file=out)
+                  f"{each:.3g} bound {cell(row['efficiency_upper'])}) < {threshold:g} there{beyond}", file=out)
+    said = (f"these {family} series are one family: each tested at {each:.3g} (Bonferroni), so " if family > 1
+            else "")
+    print(f"knees: {said}the chance of naming any size that is not below is at most {1 - LEVEL:.0%}", file=out)
 
 
 def compare_two_sets(args) -> int:
