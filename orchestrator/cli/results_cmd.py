@@ -261,8 +261,9 @@ def compare_header(metric: str, baseline: str, better: str, default: str = "") -
     said = f"{better} is better: {default}, --better to say otherwise" if default else f"{better} is better"
     return (f"{metric} ({said}): mean ± std over repeats; speedup ({way}: above 1 is better) and "
             f"efficiency against {baseline}, with {LEVEL:.0%} t-intervals on the log ratio (Welch; none with fewer "
-            f"than {MIN_REPEATS} repeats a side); detectable: the smallest change these repeats would find with "
-            "80 % power")
+            f"than {MIN_REPEATS} repeats a side), each on its own: {LEVEL:.0%} per configuration, not for all rows at "
+            "once (compare --against gives verdicts held as one family); detectable: the smallest change these "
+            "repeats would find with 80 % power")
 
 
 def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
