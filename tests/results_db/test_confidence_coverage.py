@@ -315,3 +315,25 @@ def test_repeats_on_demand_keep_the_intervals_coverage():
     means = np.array([x[i, :k].mean() for i, k in enumerate(stopped)])
     halves = np.array([stats.t.ppf(0.975, k - 1) * x[i, :k].std(ddof=1) / np.sqrt(k) for i, k in enumerate(stopped)])
     assert covered(means - halves, means + halves, 100.0) < 0.93
+
+
+def _printed_met(rng, n0: int, cv: float, target: float, cap: int, trials: int) -> float:
+    """The share of uncapped configurations whose printed relative half-width (``sequential.half_width``:
+    the first stage's variance over all n repeats' mean) is within the target."""
+    x = 100 * (1 + cv * rng.standard_normal((trials, cap)))
+    totals = sequential.stein_repeats(x[:, :n0], target, cap)
+    met = [sequential.half_width(x[i, :n], n0) <= target for i, n in enumerate(totals) if n < cap]
+    return float(np.mean(met))
+
+
+@pytest.mark.parametrize("n0,cv", [(3, 0.02), (3, 0.05), (5, 0.05)])
+def test_repeats_on_demand_print_the_width_they_promise(n0, cv, monkeypatch):
+    """Issue 61: the rule met ±3 % on the first stage's mean, the interval printed is on all
+    repeats' mean; a run stopped at 11 repeats printed ±3.11 %. Tightened by how far that mean may
+    fall, the printed half-width is within the target in >= 95 % of the configurations the cap did
+    not stop. The control: the plain rule (no margin) in ~67 % (3 at 5 %) to ~94 % (3 at 2 %)."""
+    rng = np.random.default_rng(int(100 * cv) + n0)
+    # 95 % less two standard errors of a rate measured on 4,000 trials (measured 95.8-99.9 %)
+    assert _printed_met(rng, n0, cv, 0.03, 200, TRIALS) >= 0.943 - slack(0.95)
+    monkeypatch.setattr(sequential, "MEAN_MARGIN_Z", 0.0)
+    assert _printed_met(rng, n0, cv, 0.03, 200, TRIALS) < 0.945
