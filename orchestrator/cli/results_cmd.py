@@ -263,7 +263,8 @@ def compare_header(metric: str, baseline: str, better: str, default: str = "") -
             f"efficiency against {baseline}, with {LEVEL:.0%} t-intervals on the log ratio (Welch; none with fewer "
             f"than {MIN_REPEATS} repeats a side), each on its own: {LEVEL:.0%} per configuration, not for all rows at "
             "once (compare --against gives verdicts held as one family); detectable: the smallest change these "
-            "repeats would find with 80 % power")
+            "repeats would find with 80 % power, and in brackets the 80 % range it may lie in, their noise being "
+            "estimated from them")
 
 
 def print_knees(table, baseline: str, threshold: float, ignore=(), out=sys.stdout) -> None:
@@ -301,7 +302,7 @@ def compare_two_sets(args) -> int:
     from results_db.store import query
 
     from ..terminal.output import render
-    from ..terminal.tables import percent_cell, registry_order, two_sets_shown
+    from ..terminal.tables import detectable_cell, registry_order, two_sets_shown
 
     try:
         if not args.study:
@@ -325,7 +326,8 @@ def compare_two_sets(args) -> int:
             shown["p"] = table["p_value"]
             shown["p adj."] = table["p_adjusted"]
             shown["g"] = table["effect"]
-            shown["detectable"] = [percent_cell(v) for v in table["detectable"]]
+            shown["detectable"] = [detectable_cell(*v) for v in zip(table["detectable"], table["detectable_low"],
+                                                                    table["detectable_high"])]
             shown["verdict"] = table["verdict"]
             print(f"B ({b_name}) against A ({args.study}). " + regression.legend(table, args.metric), file=sys.stderr)
             render(shown, "table", title=f"{args.metric}: {b_name} against {args.study}")

@@ -58,6 +58,14 @@ def percent_cell(value: Any) -> str:
     return f"±{100 * value:.3g} %"
 
 
+def detectable_cell(value: Any, low: Any = None, high: Any = None) -> str:
+    """``±19.2 % (12–72)``: the detectable change with the range its own noise estimate allows."""
+    point = percent_cell(value)
+    if point == "-" or low is None or high is None or low != low or high != high:
+        return point
+    return f"{point} ({100 * low:.2g}–{100 * high:.2g})"
+
+
 FIELD_ORDER = {f.name: i for i, f in enumerate(FIELDS)}
 
 
@@ -83,7 +91,8 @@ def compare_display(frame, metric: str):
                       for p, lo, hi, w in zip(frame["speedup"], frame["speedup_low"], frame["speedup_high"], why)]
     out["efficiency"] = [interval_cell(*v) for v in zip(frame["efficiency"], frame["efficiency_low"],
                                                        frame["efficiency_high"])]
-    out["detectable"] = [percent_cell(v) for v in frame["detectable"]]
+    out["detectable"] = [detectable_cell(*v) for v in zip(frame["detectable"], frame["detectable_low"],
+                                                          frame["detectable_high"])]
     if "energy_kj_mean" in frame:
         out["energy kJ"] = frame["energy_kj_mean"]
     return out

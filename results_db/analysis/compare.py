@@ -86,7 +86,7 @@ def compare(engine: Engine, baseline: str, study: str | None = None, metric: str
 def OUTPUT_COLUMNS(metric: str) -> list[str]:   # noqa: N802 - a table's layout, named as one
     return ["repeats", f"{metric}_mean", f"{metric}_std", f"baseline_{metric}_mean", "speedup", "speedup_std",
             "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high", "interval",
-            "detectable", "log_se", "df"]
+            "detectable", "detectable_low", "detectable_high", "log_se", "df"]
 
 
 def compare_attrs(metric: str, better: str | None, runs: pd.DataFrame) -> dict:
@@ -181,7 +181,7 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
         theirs, their_stage = base_values.get(_key(row, match), ([], None))
         if _same(row[axis], value):   # the baseline itself: 1 by definition, no interval of its own
             estimates.append(None)
-            detectable.append(math.nan)
+            detectable.append((math.nan, math.nan, math.nan))
             continue
         num, den = (mine, theirs) if higher else (theirs, mine)
         stages = (mine_stage, their_stage) if higher else (their_stage, mine_stage)
@@ -193,7 +193,9 @@ def compare_runs(runs: pd.DataFrame, baseline: str, metric: str = "throughput",
     out["efficiency_low"] = out["speedup_low"] * scale
     out["efficiency_high"] = out["speedup_high"] * scale
     out["interval"] = [e.reason if e else "baseline" for e in estimates]
-    out["detectable"] = detectable
+    out["detectable"] = [d[0] for d in detectable]
+    out["detectable_low"] = [d[1] for d in detectable]
+    out["detectable_high"] = [d[2] for d in detectable]
     out["log_se"] = [e.log_se if e else math.nan for e in estimates]
     out["df"] = [e.df if e else math.nan for e in estimates]
     out = out.drop(columns=["_resources", "_baseline_resources"])
@@ -206,10 +208,13 @@ def _same(a, b) -> bool:
     return a == b or (isinstance(a, str) != isinstance(b, str) and str(a) == str(b))
 
 
-def _detectable(mine: Sequence[float], theirs: Sequence[float]) -> float:
+def _detectable(mine: Sequence[float], theirs: Sequence[float]) -> tuple[float, float, float]:
     """The smallest relative change between the two configurations that their repeats would find
-    with 80 % power (``power.detectable_change``; NaN below ``confidence.MIN_REPEATS`` a side)."""
+    with 80 % power, and the range it may lie in, its noise being estimated from the same repeats
+    (``power.detectable_change``, ``power.detectable_range``; NaN below ``confidence.MIN_REPEATS``
+    a side)."""
     if len(mine) < confidence.MIN_REPEATS or len(theirs) < confidence.MIN_REPEATS:
-        return math.nan
+        return math.nan, math.nan, math.nan
     a, b = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
-    return power.detectable_change(a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
+    noise = (a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
+    return (power.detectable_change(*noise), *power.detectable_range(*noise))

@@ -24,7 +24,7 @@ from .configuration import config_axes, hashable, values_key
 
 # a two-set comparison's columns after the configuration's keys
 COLUMNS = ("a_repeats", "b_repeats", "a_mean", "b_mean", "change", "change_low", "change_high", "p_value", "p_adjusted",
-           "effect", "detectable", "verdict")
+           "effect", "detectable", "detectable_low", "detectable_high", "verdict")
 
 
 def _key(values) -> tuple:
@@ -105,11 +105,11 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
             v = confidence.verdict(va, vb, higher_is_better=fact.higher_is_better, speed=fact.speed,
                                    first_stage=(stages.get(("a", key)), stages.get(("b", key))))
             row.update(change=v.ratio, change_low=v.low, change_high=v.high, p_value=v.p_value, effect=v.effect,
-                       verdict=v.verdict, detectable=_detectable(va, vb, level))
+                       verdict=v.verdict, **_detectable(va, vb, level))
         else:
             row.update(change=float("nan"), change_low=float("nan"), change_high=float("nan"),
                        p_value=float("nan"), effect=float("nan"), verdict="only in A" if va else "only in B",
-                       detectable=float("nan"))
+                       detectable=float("nan"), detectable_low=float("nan"), detectable_high=float("nan"))
         rows.append(row)
     out = pd.DataFrame(rows)
     out["p_adjusted"] = multiplicity.adjust(out["p_value"], correction)
@@ -123,12 +123,15 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
     return out
 
 
-def _detectable(a, b, alpha: float) -> float:
-    """The smallest relative change these repeats find with 80 % power at ``alpha`` (``power``)."""
+def _detectable(a, b, alpha: float) -> dict[str, float]:
+    """The smallest relative change these repeats find with 80 % power at ``alpha``, and the range
+    it may lie in, its noise being estimated from the same repeats (``power``)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < confidence.MIN_REPEATS or len(b) < confidence.MIN_REPEATS:
-        return float("nan")
-    return power.detectable_change(a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b), alpha)
+        return {"detectable": float("nan"), "detectable_low": float("nan"), "detectable_high": float("nan")}
+    noise = (a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
+    low, high = power.detectable_range(*noise, alpha)
+    return {"detectable": power.detectable_change(*noise, alpha), "detectable_low": low, "detectable_high": high}
 
 
 VERDICT_ORDER = ("faster", "better", "slower", "worse", "no evidence", confidence.TOO_FEW, confidence.NO_VARIATION,

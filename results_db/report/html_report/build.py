@@ -174,7 +174,9 @@ def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFram
     rows = []
     for r in change.to_dict("records"):
         interval = "" if r["change_low"] != r["change_low"] else f" [{fmt(r['change_low'], 3)}, {fmt(r['change_high'], 3)}]"
-        detectable = "-" if r["detectable"] != r["detectable"] else f"±{fmt(r['detectable'], 1, 100)} %"
+        detectable = "-" if r["detectable"] != r["detectable"] else f"±{fmt(r['detectable'], 1, 100)} %" + (
+            "" if r.get("detectable_low") != r.get("detectable_low") or r.get("detectable_low") is None else
+            f" ({fmt(r['detectable_low'], 0, 100)}–{fmt(r['detectable_high'], 0, 100)})")
         rows.append([*(str(r[k]) for k in keys), f"{fmt(r['a_mean'], 1)} ({r['a_repeats']})",
                      f"{fmt(r['b_mean'], 1)} ({r['b_repeats']})", f"{fmt(r['change'], 3)}{interval}",
                      fmt(r["p_value"], 4), fmt(r["p_adjusted"], 4), fmt(r["effect"], 2), detectable,

@@ -72,7 +72,7 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
     heads = [label_of(a) for a in axes] + ["ranks", "runs", "throughput (samples/s)"]
     if baseline:
         heads += [f"speedup vs {baseline_words(baseline)}", f"efficiency vs {baseline_words(baseline)}",
-                  "detectable change (80 % power)"]
+                  "detectable change (80 % power; in brackets, the 80 % range its estimated noise allows)"]
     has_loss = "loss_mean" in table   # a study whose runs score no top-1 (a regression): the loss is its score
     has_ttl = "ttl_seconds_mean" in table
     loss = str(table["loss_name"].dropna().iloc[0]) if "loss_name" in table and table["loss_name"].notna().any() \
@@ -107,7 +107,8 @@ def config_rows(table: pd.DataFrame, axes: list[str], baseline: str | None) -> t
             cells.append(_cell("efficiency", with_interval(row, "efficiency", fmt(row.get("efficiency"), 3)),
                                row.get("efficiency")))
             detectable = row.get("detectable")
-            cells.append(_cell("detectable", "-" if _missing(detectable) else f"±{100 * detectable:.1f} %", detectable))
+            cells.append(_cell("detectable", "-" if _missing(detectable) else f"±{100 * detectable:.1f} %"
+                               + _range(row.get("detectable_low"), row.get("detectable_high")), detectable))
         if has_loss:
             cells.append(_cell("final_loss", mean_std(row.get("loss_mean"), row.get("loss_std"), row.get("runs"), 3),
                                row.get("loss_mean")))
@@ -196,6 +197,11 @@ def render(out: Path, *, study: str, summary: str, where: str | None, axes: pd.D
         configurations=rows, config_legend=legend, figures=figures, skipped=skipped,
         failures=failures.to_dict("records"), provenance=provenance, timelines=timelines or [],
         paper=_paper_rows(paper), against=against)
+
+
+def _range(low, high) -> str:
+    """`` (12–72)``: the range a detectable change may lie in, its noise being estimated."""
+    return "" if _missing(low) or _missing(high) else f" ({100 * low:.2g}–{100 * high:.2g})"
 
 
 def _paper_rows(paper: pd.DataFrame | None) -> list[dict]:

@@ -102,7 +102,7 @@ def check_baseline(sr: StudyRuns, baseline: str) -> tuple[str, object]:
 
 # what the configuration table takes from compare: ratios, their intervals, the smallest change detectable
 COMPARED = ("speedup", "speedup_std", "speedup_low", "speedup_high", "efficiency", "efficiency_low", "efficiency_high",
-            "detectable")
+            "detectable", "detectable_low", "detectable_high")
 
 
 def configurations(engine: Engine, sr: StudyRuns, baseline: str | None, target: float | None,
