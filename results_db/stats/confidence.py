@@ -22,7 +22,8 @@ is one whose coverage holds at those counts, and each was checked by simulation 
   the values they resample).
 - **The test** of "no change" is the same t statistic (log ratio over its standard error, the same
   degrees of freedom): the interval excludes 1 exactly when p < 1 - level. One scale for both, so a
-  throughput and the matching time get the same verdict.
+  throughput and the matching time get the same verdict wherever p is not close to the threshold
+  (the mean of times is not the inverse of the mean of rates: near p = 0.05 they can differ).
 - **Ties**: a side whose repeats are all equal says nothing of its own noise; it is given the
   other side's relative variance. Both sides all equal: no interval and no verdict ("no
   variation"): never a certain one.
