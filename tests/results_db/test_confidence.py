@@ -205,7 +205,8 @@ def test_compare_against_another_study_on_the_command_line(db, tmp_path):
     assert lines[-1] == "1 faster, 1 no evidence"
     assert "t-interval on the log ratio" in proc.stderr and "Holm" in proc.stderr
     csv = scalestudy("compare", "--study", "old", "--against", "new", "--db", db, "--format", "csv", cwd=tmp_path)
-    assert csv.returncode == 0 and csv.stdout.splitlines()[0].endswith("p_value,p_adjusted,effect,detectable,verdict")
+    assert csv.returncode == 0 and csv.stdout.splitlines()[0].endswith(
+        "p_value,p_adjusted,effect,detectable,detectable_low,detectable_high,verdict")
     drawn = scalestudy("compare", "--study", "old", "--against", "new", "--db", db, "--figure",
                        str(tmp_path / "change.png"), cwd=tmp_path)
     assert drawn.returncode == 0 and (tmp_path / "change.png").stat().st_size > 10_000
@@ -237,7 +238,7 @@ def test_the_report_has_a_section_against_another_study(db, tmp_path):
     assert "<h2>Against old</h2>" in html and "1 faster" in html and "1 no evidence" in html
     assert "Holm" in html and "p adj." in html and "t-interval on the log ratio" in html
     # per configuration, the smallest change its repeats can see, against the baseline (4 repeats a side)
-    assert "detectable change (80 % power)" in html and "±" in html
+    assert "detectable change (80 % power; in brackets, the 80 % range" in html and "±" in html
     assert (out / "against-old.csv").exists() and (out / "figures/against-old.png").stat().st_size > 10_000
     bad = scalestudy("report", "--study", "new", "--against", "nosuch", "--db", db, "--out", str(out), cwd=tmp_path)
     assert bad.returncode == 2 and "nosuch" in bad.stderr
