@@ -331,12 +331,13 @@ def test_repeats_on_demand_print_the_width_they_promise(n0, cv, monkeypatch):
     """Issue 61: the rule met ±3 % on the first stage's mean, the interval printed is on all
     repeats' mean; a run stopped at 11 repeats printed ±3.11 %. Tightened by how far that mean may
     fall, the printed half-width is within the target in >= 95 % of the configurations the cap did
-    not stop. The control: the plain rule (no margin) in ~67 % (3 at 5 %) to ~94 % (3 at 2 %)."""
+    not stop. The control: the plain rule (no margin) in ~68 % (3 at 5 %) and ~79 % (5 at 5 %)."""
     rng = np.random.default_rng(int(100 * cv) + n0)
     # 95 % less two standard errors of a rate measured on 4,000 trials (measured 95.8-99.9 %)
     assert _printed_met(rng, n0, cv, 0.03, 200, TRIALS) >= 0.943 - slack(0.95)
-    monkeypatch.setattr(sequential, "MEAN_MARGIN_Z", 0.0)
-    assert _printed_met(rng, n0, cv, 0.03, 200, TRIALS) < 0.945
+    if cv >= 0.05:   # at 2 % noise the plain rule falls short only just (94 %): no control there
+        monkeypatch.setattr(sequential, "MEAN_MARGIN_Z", 0.0)
+        assert _printed_met(rng, n0, cv, 0.03, 200, TRIALS) < 0.9
 
 
 @pytest.mark.parametrize("n,cv_a,cv_b", [(3, 0.05, 0.05), (5, 0.05, 0.05), (10, 0.05, 0.05), (3, 0.05, 0.15),
