@@ -111,15 +111,25 @@ def band_digits(low: float, high: float) -> int:
     return 1 - math.floor(math.log10(width))
 
 
-def banded(value: float, low: float | None, high: float | None, scale: float = 1.0, unit: str = "") -> str:
-    """``0.82 (0.61–0.95)``: a predicted value with its band, rounded to what the band supports;
-    without a band (a fit without bootstrap refits), the value to 2 significant digits and "(no band)"."""
+def two_significant(value: float) -> tuple[float, int]:
+    """``value`` rounded to 2 significant digits, and the decimal places to print (12802 -> 13000, 0)."""
+    digits = 1 - math.floor(math.log10(abs(value))) if value else 0
+    return round(value, digits), max(digits, 0)
+
+
+def banded(value: float, low: float | None, high: float | None, scale: float = 1.0, unit: str = "",
+           runs: int | None = None) -> str:
+    """``0.82 (0.61–0.95)``: a predicted value with its band, rounded to what the band supports.
+    Without a band, or with one of no width (a bootstrap of 2 whole runs gives the same data back
+    every time: a band it cannot have), never more than 2 significant digits, and the band said
+    unknown: ``13000 (band unknown: 2 runs)`` (``runs``: the fit's), ``(no band)`` without a count."""
     if value is None or not math.isfinite(value):
         return "-"
     v = value * scale
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        digits = max(0, 1 - math.floor(math.log10(abs(v)))) if v else 0
-        return f"{round(v, digits):.{digits}f}{unit} (no band)"
+        shown, places = two_significant(v)
+        why = f"band unknown: {runs} run{'s' if runs != 1 else ''}" if runs is not None else "no band"
+        return f"{shown:.{places}f}{unit} ({why})"
     lo, hi = low * scale, high * scale
     digits = band_digits(lo, hi)
     places = max(digits, 0)

@@ -54,6 +54,9 @@ def pack(argv: Sequence[str]) -> int:
     from results_db.publish.artifact import pack as write
 
     out = Path(args.out or f"artifact-{args.study}")
+    tarball = out.with_name(out.name + ".tar.gz")
+    if args.archive and tarball.exists():
+        return fail(f"--archive: {tarball} exists; nothing was written (move it, or name another --out)")
     try:
         engine = open_for_reading(args.db)
         query.check_study(engine, args.study)
@@ -71,6 +74,10 @@ def pack(argv: Sequence[str]) -> int:
 
 
 def check(argv: Sequence[str]) -> int:
+    if list(argv) in (["-h"], ["--help"]):
+        print("scalestudy artifact check DIR|DIR.tar.gz: is it an artifact, and whole (every file's digest as "
+              "packed, none added, the database intact)")
+        return 0
     if len(argv) != 1:
         return fail("artifact check DIR: name one artifact folder")
     from results_db.publish.artifact import ArtifactError, open_artifact
@@ -113,6 +120,12 @@ def rerun(argv: Sequence[str]) -> int:
         opened = open_artifact(Path(args.folder))
     except ArtifactError as exc:
         return fail(str(exc))
+    if args.study_name == opened.study:
+        return fail(f"--study-name {args.study_name}: the artifact's own study; a re-run goes into a new study, "
+                    "compared with it")
+    refused = _refused_metric(opened, args.metric)   # before anything runs: a re-run costs node-hours
+    if refused:
+        return fail(refused)
     overrides = list(args.overrides)
     if not any(o.split("=", 1)[0].lstrip("+~") == "site" for o in overrides):
         sites = opened.sites()
@@ -138,11 +151,12 @@ def rerun(argv: Sequence[str]) -> int:
     except ValueError as exc:
         return fail(str(exc))
     _print_reproduction(table, opened.study, new)
-    csv = Path(f"reproduction-{new}.csv")
-    table.to_csv(csv, index=False)
     from results_db.report.html_report import ReportError, build_report
 
     out = Path(args.out or Path("reports") / new)
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / f"reproduction-{new}.csv"   # beside the report, not in the folder the command ran from
+    table.to_csv(csv, index=False)
     try:
         build_report(engine, new, out, url, reproduction=table, reproduction_of=opened.study)
     except ReportError as exc:
@@ -151,6 +165,25 @@ def rerun(argv: Sequence[str]) -> int:
         print(f"table: {csv}; report: {out / 'index.html'}", file=sys.stderr)
     print(counts(table))
     return 0
+
+
+def _refused_metric(opened, metric: str) -> str | None:
+    """Why ``--metric`` cannot compare the re-run with the original, read from the artifact's own
+    runs before anything runs (a typo found after the sweep costs its node-hours); None if it can."""
+    from results_db import connect
+    from results_db.store import metric_facts, query
+
+    engine = connect(opened.url, upgrade=False)
+    try:
+        runs = query.runs(engine, study=opened.study)
+    finally:
+        engine.dispose()
+    try:
+        metric_facts.measure_of(metric, runs["config"] if "config" in runs else ())
+    except metric_facts.MetricDirectionError as exc:
+        return f"--metric {metric}: {exc}"
+    present = metric in runs.columns or metric in query.expand_json(runs, "metrics").columns
+    return None if present else f"--metric {metric}: the artifact's runs do not have it"
 
 
 def _print_reproduction(table, original: str, new: str) -> None:

@@ -325,9 +325,10 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
     print(f"{'nodes':>6} {'ranks':>6}  {'step ms ' + banded_head:<24} {'samples/s ' + banded_head:<28} "
           f"{'efficiency ' + banded_head:<24} {'compute':>8} {'wait':>7} {'comm':>7} {'update':>7} {'crowd':>7}")
     for r in table.itertuples():
-        print(f"{r.nodes:6d} {r.ranks:6d}  {banded(r.step_seconds, r.step_low, r.step_high, 1e3):<24} "
-              f"{banded(r.throughput, r.throughput_low, r.throughput_high):<28} "
-              f"{banded(r.efficiency, r.efficiency_low, r.efficiency_high, 100, ' %'):<24} "
+        runs = len(fit["run_ids"])
+        print(f"{r.nodes:6d} {r.ranks:6d}  {banded(r.step_seconds, r.step_low, r.step_high, 1e3, runs=runs):<24} "
+              f"{banded(r.throughput, r.throughput_low, r.throughput_high, runs=runs):<28} "
+              f"{banded(r.efficiency, r.efficiency_low, r.efficiency_high, 100, ' %', runs=runs):<24} "
               f"{r.compute_seconds * 1e3:8.1f} {r.wait_seconds * 1e3:7.1f} {r.comm_seconds * 1e3:7.2f} "
               f"{r.update_seconds * 1e3:7.2f} {r.crowding_seconds * 1e3:7.1f}")
     for name, term in fit["terms"].items():

@@ -141,7 +141,7 @@ def _plan(args, settings: dict[str, str]) -> int:
         print(f"repeats on demand: priced at {args.most} repeat(s) a node count, the most the sweep may run "
               f"(±{100 * args.until:g} % from a first stage of {args.repeats}); it runs fewer where the first stage "
               "is steady enough")
-    if not _print_sizes(args.budget, result):
+    if not _print_sizes(args.budget, result, len(fit["run_ids"])):
         return 2
     from ..sweep.prediction import fitted_on
 
@@ -164,7 +164,7 @@ def _plan(args, settings: dict[str, str]) -> int:
     return 0
 
 
-def _print_sizes(budget: float, result) -> bool:
+def _print_sizes(budget: float, result, fitted_runs: int | None = None) -> bool:
     """Each size's price and verdict; False (with the error line) when the budget buys no run.
     Throughput and efficiency with the fit's band (``perf_model.predict.banded``: rounded to what
     the band supports), the run time and node-hours at the fit's point value."""
@@ -181,8 +181,8 @@ def _print_sizes(budget: float, result) -> bool:
         run = duration_text(s.run_seconds).replace(" ", "")
         print(f"{s.nodes:6d} {s.ranks:6d} {run:>9} {s.walltime:>9} {s.queue or '-':>18} "
               f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f}  "
-              f"{banded(s.throughput, *(s.throughput_band or (None, None))):<24} "
-              f"{banded(s.efficiency, *(s.efficiency_band or (None, None)), 100, ' %'):<22} {verdict}")
+              f"{banded(s.throughput, *(s.throughput_band or (None, None)), runs=fitted_runs):<24} "
+              f"{banded(s.efficiency, *(s.efficiency_band or (None, None)), 100, ' %', runs=fitted_runs):<22} {verdict}")
     if not result.chosen:
         cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
         fail(f"a budget of {budget:g} node-hours buys no run"

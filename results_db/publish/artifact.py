@@ -367,10 +367,34 @@ class Opened:
         return sorted(found)
 
 
+# what SQLite may leave beside a database it opened: not files of the artifact's, and not tampering
+_SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
+
+
+def unpack_archive(path: Path) -> Path:
+    """The artifact folder inside ``pack --archive``'s tarball, extracted into a new temporary
+    folder (``tarfile``'s "data" filter: no absolute paths, links out of it or device files)."""
+    import tempfile
+
+    try:
+        with tarfile.open(path) as fh:
+            tops = {Path(m.name).parts[0] for m in fh.getmembers() if m.name not in ("", ".")}
+            if len(tops) != 1:
+                raise ArtifactError(f"{path}: a tarball of {len(tops)} top-level entries, not one artifact folder")
+            where = Path(tempfile.mkdtemp(prefix="scalestudy-artifact-"))
+            fh.extractall(where, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ArtifactError(f"{path}: not a readable artifact tarball ({exc})") from None
+    return where / tops.pop()
+
+
 def open_artifact(folder: Path) -> Opened:
-    """Check an artifact folder before anything uses it: its manifest, every file's digest, the
-    database's integrity; one line naming what is wrong."""
+    """Check an artifact folder (or ``pack --archive``'s tarball of one) before anything uses it:
+    its manifest, every file's digest, no file the manifest does not list, the database's
+    integrity; one line naming what is wrong."""
     folder = Path(folder)
+    if folder.is_file() and tarfile.is_tarfile(folder):
+        folder = unpack_archive(folder)
     manifest_path = folder / MANIFEST
     if not folder.is_dir() or not manifest_path.is_file():
         raise ArtifactError(f"{folder}: not an artifact (no {MANIFEST}; `scalestudy artifact pack` writes one)")
@@ -387,6 +411,12 @@ def open_artifact(folder: Path) -> Opened:
             raise ArtifactError(f"{folder}: {rel} is missing")
         if sha256(path) != digest:
             raise ArtifactError(f"{folder}: {rel} differs from the artifact's manifest (damaged or edited)")
+    listed = {*files, MANIFEST}
+    extra = sorted(rel for rel in (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+                   if rel not in listed and not rel.endswith(_SQLITE_SIDE_FILES))
+    if extra:
+        raise ArtifactError(f"{folder}: {extra[0]} is not in the artifact's manifest"
+                            + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "") + " (added since it was packed)")
     url = f"sqlite:///{(folder / DATABASE).absolute()}"
     from results_db.store.connect import sqlite_integrity
 

@@ -526,6 +526,20 @@ def test_a_value_is_rounded_to_what_its_band_supports():
     assert banded(0.8234, None, None) == "0.82 (no band)"                 # a fit without refits
 
 
+def test_a_band_a_fit_cannot_have_is_said_unknown_with_two_digits_at_most():
+    """Issue 62: a bootstrap of 2 whole runs gives the same data back (a band of no width), and
+    banded() printed every digit: ``12802 (no band)``. Now 2 significant digits and the runs."""
+    from perf_model.predict import banded
+
+    assert banded(12802.4, 12802.4, 12802.4, runs=2) == "13000 (band unknown: 2 runs)"
+    assert banded(0.6537, 0.6537, 0.6537, 100, " %", runs=3) == "65 % (band unknown: 3 runs)"
+    assert banded(0.0123456, None, None, runs=1) == "0.012 (band unknown: 1 run)"
+    assert banded(12802.4, None, None) == "13000 (no band)"
+    for value in (0.000123456, 1.23456, 98765.4, 123456789.0):   # never more than 2 significant digits
+        digits = banded(value, value, value, runs=6).split(" ")[0].replace(".", "").strip("0")
+        assert len(digits) <= 2, (value, digits)
+
+
 def test_a_fit_of_two_sizes_or_with_a_term_that_misses_is_doubted():
     from perf_model.predict import MAX_TERM_ERROR, MIN_SIZES, fit_doubts
 

@@ -116,6 +116,33 @@ def test_bad_artifacts_are_one_line_and_nothing_is_written(packed, tmp_path):
     assert not (tmp_path / "y.db").exists() or query.runs(connect(f"sqlite:///{tmp_path / 'y.db'}")).empty
 
 
+@pytest.mark.sweep
+def test_a_rerun_is_checked_before_it_runs_and_a_tarball_is_an_artifact(packed, tmp_path):
+    """Issue 62: a metric misspelt was found only after the whole sweep ran; the original's own
+    name was accepted; the tarball was "not an artifact"; --archive overwrote a tarball; check
+    --help was read as a folder; check passed a folder with a file added. Each refused (or
+    accepted) in one line, with nothing run and nothing written."""
+    db = f"sqlite:///{tmp_path / 'rerun.db'}"
+    for args, said in ((("--metric", "througput"), "did you mean 'throughput'"),
+                       (("--metric", "metrics.nosuch"), "declares no direction"),
+                       (("--study-name", "orig"), "the artifact's own study")):
+        proc = scalestudy("artifact", "rerun", str(packed / "art"), *args, "--db", db, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "rerun.db").exists() and not (tmp_path / "multirun").exists()
+    tarball = packed / "art.tar.gz"
+    ok = scalestudy("artifact", "check", str(tarball), cwd=tmp_path)
+    assert ok.returncode == 0 and "every digest as written" in ok.stdout, ok.stderr
+    again = scalestudy("artifact", "pack", "--study", "orig", "--db", f"sqlite:///{packed / 'scalestudy.db'}",
+                       "--out", str(packed / "art"), "--archive", cwd=tmp_path)
+    assert again.returncode == 2 and "art.tar.gz exists" in again.stderr
+    assert scalestudy("artifact", "check", "--help", cwd=tmp_path).returncode == 0
+    added = tmp_path / "added"
+    shutil.copytree(packed / "art", added)
+    (added / "conf" / "extra.yaml").write_text("x: 1\n")
+    proc = scalestudy("artifact", "check", str(added), cwd=tmp_path)
+    assert proc.returncode == 2 and "conf/extra.yaml is not in the artifact's manifest" in proc.stderr
+
+
 def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path, db_url, monkeypatch):
     """Into a SQLite file and into a team's PostgreSQL (its timelines under $SCALESTUDY_EVENTS_DIR,
     which a PostgreSQL database needs for them; without it the import refuses in one line)."""
