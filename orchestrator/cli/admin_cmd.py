@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Sequence
 
-from .common import add_db_option, fail
+from .common import OneLineParser, add_db_option, fail
 
 
 def sites(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy sites", description="List the known sites; with --check, "
+    parser = OneLineParser(prog="scalestudy sites", description="List the known sites; with --check, "
                                      "check on this (login) node the environment a site's runs would get.")
     parser.add_argument("--check", metavar="SITE", help="site name or site file: report the Python, the libmpi "
                         "mpi4py loads and the MPI launcher its batch jobs would use; exit 1 on a problem")
@@ -37,7 +36,7 @@ def sites(argv: Sequence[str]) -> int:
 
 
 def ingest(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy ingest",
         description="Ingest finished runs the database is missing (e.g. after it was unreachable during a sweep): "
                     "run folders, a study's multirun folder, or with no path every known run not yet ingested.")
@@ -64,7 +63,7 @@ def ingest(argv: Sequence[str]) -> int:
 
 
 def db(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy db", description="Results database schema (Alembic).")
+    parser = OneLineParser(prog="scalestudy db", description="Results database schema (Alembic).")
     parser.add_argument("action", choices=("upgrade", "current"))
     add_db_option(parser)
     args = parser.parse_args(argv)

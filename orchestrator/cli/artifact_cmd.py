@@ -8,7 +8,6 @@ compared with the original by ``results_db.analysis.reproduction``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 
 USAGE = """scalestudy artifact pack --study S [--out DIR] [--archive] [--with-accounts]
                                     a study as one folder: its own database, configs, site, software, machine, report
@@ -40,7 +39,7 @@ def artifact(argv: Sequence[str]) -> int:
 
 
 def pack(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy artifact pack", description="Pack a study into one folder.")
+    parser = OneLineParser(prog="scalestudy artifact pack", description="Pack a study into one folder.")
     parser.add_argument("--study", required=True)
     parser.add_argument("--out", default=None, help="the folder to write (new or empty; default artifact-STUDY)")
     parser.add_argument("--archive", action="store_true", help="also write FOLDER.tar.gz")
@@ -92,7 +91,7 @@ def check(argv: Sequence[str]) -> int:
 
 
 def rerun(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy artifact rerun",
+    parser = OneLineParser(prog="scalestudy artifact rerun",
                                      description="Run an artifact's sweep again into a new study, and compare.")
     parser.add_argument("folder")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -201,7 +200,7 @@ def _print_reproduction(table, original: str, new: str) -> None:
 
 
 def import_(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy artifact import",
+    parser = OneLineParser(prog="scalestudy artifact import",
                                      description="Bring an artifact's runs into this database, as they were.")
     parser.add_argument("folder")
     add_db_option(parser)

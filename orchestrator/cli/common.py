@@ -7,6 +7,15 @@ import sys
 from typing import Sequence
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line naming it (``scalestudy query: unrecognized
+    arguments: --studdy``), exit 2, as every other bad input is, not the command's whole usage:
+    ``--help`` still prints that."""
+
+    def error(self, message: str):   # argparse's documented hook for a parse error
+        self.exit(2, f"{self.prog}: {message} (--help lists the options)\n")
+
+
 def add_db_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, help="SQLAlchemy URL (default: $SCALESTUDY_DB_URL or ./scalestudy.db)")
 

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 
 
 def export(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy export",
         description="mlflow: every finished run (each attempt) of a study as an MLflow run in experiment "
                     "scalestudy/STUDY: axes and params.* as params, headline numbers and metrics.* as metrics, "

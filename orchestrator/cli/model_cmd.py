@@ -3,12 +3,11 @@ commands (the model itself is ``perf_model``; ``scalestudy plan`` is ``plan_cmd`
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 from typing import Sequence
 
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 
 
 SHARES = ("overlap", "participation")   # terms whose residuals are fractions, not seconds
@@ -37,7 +36,7 @@ def parse_counts(field: str, text: str) -> list[int]:
 
 
 def profile(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy profile",
         description="Write the compute profile of a finished real run, for compute=emulated runs "
                     "(compute_profile=FILE). Profile a 1-rank run with timeline=true of the model, batch "
@@ -86,7 +85,7 @@ def _iqr_ms(xs: Sequence[float]) -> str:
 
 
 def model(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy model",
         description="fit: fit the performance model to a study's runs (perf_model/terms.py holds its equations) "
                     "and store it. predict: throughput, efficiency and the step's parts at other node counts, "

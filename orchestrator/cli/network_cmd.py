@@ -4,15 +4,14 @@ file's nominal numbers, and a lower bound on the bus bandwidth the site's runs a
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
-from .common import add_db_option, fail
+from .common import OneLineParser, add_db_option, fail
 
 
 def network(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy network",
         description="A site's network as measured by its study=network runs (allreduce time and bus bandwidth "
                     "over message sizes, workloads/netbench.py), the latency and bandwidth fitted to them beside "

@@ -3,20 +3,19 @@ a study's model fit (the pricing and choosing is ``orchestrator.sweep.budget_pla
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import Sequence
 
 from ..terminal.tables import duration_text
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 from .model_cmd import fit_is_emulated, parse_counts, require_workers_per_node, unvalidated_on, weak_fit_line
 
 SETTINGS = ("study", "site", "algorithm", "workers_per_node", "account")
 
 
 def plan(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy plan",
         description="Choose the node counts and repeats a node-hour budget buys on a site, from the study's "
                     "model fit (scalestudy model fit): each size's predicted run time, walltime request, queue and "

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 
 
 RECENT_RUNS = 20
 
 
 def status(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy status", description="Runs per study and state.")
+    parser = OneLineParser(prog="scalestudy status", description="Runs per study and state.")
     parser.add_argument("--study", default=None)
     parser.add_argument("--runs", action="store_true",
                         help="list every run (with --study alone: the last %d registered)" % RECENT_RUNS)
@@ -31,6 +30,12 @@ def status(argv: Sequence[str]) -> int:
         print(f"no runs recorded yet: {exc}")
         return 0
     except OlderSchema as exc:
+        return fail(str(exc))
+    from results_db.store.run_rows import QueryError, check_study
+
+    try:   # a misspelt study is an error, as query and report say, not "no runs yet"
+        check_study(engine, args.study)
+    except QueryError as exc:
         return fail(str(exc))
     columns, rows = status_table(engine, args.study)   # counted in SQL: no pandas for the overview
     if not rows:
@@ -111,7 +116,7 @@ def _print_socket_runs(engine, study: str | None) -> None:
 def query(argv: Sequence[str]) -> int:
     from ..terminal.output import FORMATS
 
-    parser = argparse.ArgumentParser(prog="scalestudy query", description="One row per run, or per group.")
+    parser = OneLineParser(prog="scalestudy query", description="One row per run, or per group.")
     parser.add_argument("--study", default=None)
     parser.add_argument("--where", action="append", default=None,
                         help="filter on any column, e.g. 'nodes>=2, algorithm=sync' (repeatable)")
@@ -174,7 +179,7 @@ def query(argv: Sequence[str]) -> int:
 def compare(argv: Sequence[str]) -> int:
     from ..terminal.output import FORMATS
 
-    parser = argparse.ArgumentParser(prog="scalestudy compare",
+    parser = OneLineParser(prog="scalestudy compare",
                                      description="Speedup and efficiency of each configuration against a baseline.")
     parser.add_argument("--study", default=None)
     parser.add_argument("--baseline", default=None,
@@ -350,7 +355,7 @@ def compare_two_sets(args) -> int:
 
 
 def figures(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy figures",
+    parser = OneLineParser(prog="scalestudy figures",
                                      description="Redraw a study's figures from the results database.")
     parser.add_argument("--study", help="the study to draw (see `scalestudy status`)")
     parser.add_argument("--out", default=None, help="output folder (default: figures/<study>)")
@@ -419,7 +424,7 @@ def figures(argv: Sequence[str]) -> int:
 
 
 def report(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="scalestudy report",
+    parser = OneLineParser(prog="scalestudy report",
                                      description="Write a study's report: one self-contained folder whose index.html "
                                                  "holds the sweep, a table per configuration, every figure, the "
                                                  "failures and the provenance (opens with no network).")

@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import time
 from pathlib import Path
 from typing import Sequence
 
-from .common import NoDatabase, OlderSchema, add_db_option, fail, open_for_reading
+from .common import NoDatabase, OlderSchema, OneLineParser, add_db_option, fail, open_for_reading
 
 
 def timeline(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scalestudy timeline",
         description="Write a run's timeline (timeline=true runs; every run has its steps) as Chrome trace-event "
                     "JSON: one process per rank, one track per phase and per tensor or fused buffer, each step a "

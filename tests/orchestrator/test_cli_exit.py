@@ -158,3 +158,22 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     proc.stdout.close()          # gone before a line is read
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=180) == 141 and err == "", err
+
+
+def test_a_bad_option_or_study_is_one_line_and_exit_2(tmp_path):
+    """Issue 62: argparse answered a misspelt option with 5-6 lines of usage, and ``status --study
+    nosuch`` said "no runs recorded yet", exit 0, where query and report say "no such study"."""
+    from results_db import connect
+
+    from conftest import scalestudy
+
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    connect(db).dispose()
+    for args, said in ((("query", "--studdy", "x"), "unrecognized arguments: --studdy"),
+                       (("query", "--format", "xlsx"), "invalid choice: 'xlsx'"),
+                       (("model", "fit", "--bogus"), "required: --study"),
+                       (("status", "--study", "nosuch", "--db", db), "no such study")):
+        proc = scalestudy(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, \
+            (args, proc.stderr)
+    assert scalestudy("query", "--help", cwd=tmp_path).stdout.count("--format") >= 1   # --help still whole
