@@ -46,6 +46,9 @@ def pack(argv: Sequence[str]) -> int:
     parser.add_argument("--with-accounts", action="store_true",
                         help="keep the runs' account names (left out by default: they name a project)")
     parser.add_argument("--no-report", action="store_true", help="leave the report out (faster)")
+    parser.add_argument("--with-places", action="store_true",
+                        help="keep the run folders' absolute paths and the hosts' names (left out by default: "
+                             "they name a user, a project's file system and machines)")
     add_db_option(parser)
     args = parser.parse_args(argv)
     from results_db.store import query
@@ -62,7 +65,7 @@ def pack(argv: Sequence[str]) -> int:
         refuse_used_folder(out)
         print(f"packing study {args.study!r} into {out}/", file=sys.stderr)
         packed = write(engine, args.study, out, with_accounts=args.with_accounts, archive=args.archive,
-                       report=not args.no_report)
+                       report=not args.no_report, with_places=args.with_places)
     except (ArtifactError, query.QueryError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     print(f"{packed.runs} run(s), {packed.event_files} timeline file(s): {packed.folder}/"

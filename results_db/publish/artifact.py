@@ -84,7 +84,7 @@ def _check_out(out: Path) -> None:
 
 
 def pack(engine: Engine, study: str, out: Path, with_accounts: bool = False, archive: bool = False,
-         report: bool = True) -> Packed:
+         report: bool = True, with_places: bool = False) -> Packed:
     """Write the artifact of ``study`` into ``out`` (module docstring); on any failure the folder is
     removed again, so a half-written artifact never stays."""
     runs = query.runs(engine, study=study, attempts="all")
@@ -93,7 +93,7 @@ def pack(engine: Engine, study: str, out: Path, with_accounts: bool = False, arc
     out = Path(out)
     _check_out(out)
     try:
-        files = _pack(engine, study, out, runs, with_accounts, report)
+        files = _pack(engine, study, out, runs, with_accounts, report, with_places)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -156,7 +156,50 @@ def _url_in(text: str) -> str | None:
     return None
 
 
-def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, report: bool) -> int:
+SHOWN_URL = f"sqlite:///{DATABASE}"   # the database as the artifact's own files name it: relative to the folder
+
+
+def _places(runs) -> tuple[str | None, dict[str, str]]:
+    """The study's run folders' common root (run folders are packed relative to it) and each host
+    by role: ``node0``, ``node1``, ... in the order the runs first name them (issue 62: the working
+    folder, a project's path on a shared file system and the hosts left with the artifact)."""
+    folders = [str(d) for d in runs["run_dir"].dropna()] if "run_dir" in runs else []
+    root = None
+    if folders:
+        import os
+
+        root = os.path.commonpath([os.path.dirname(f) for f in folders]) if len(folders) > 1 else os.path.dirname(folders[0])
+    hosts: dict[str, str] = {}
+    for value in (runs["hosts"].dropna() if "hosts" in runs else []):
+        for host in str(value).split(","):
+            hosts.setdefault(host.strip(), f"node{len(hosts)}")
+    return root, hosts
+
+
+def _scrub_places(target: Engine, root: str | None, hosts: dict[str, str]) -> None:
+    """In the artifact's database: run folders relative to the study's root, the driver by its role,
+    hosts by role (``_places``), in the runs and the per-rank summaries."""
+    import os
+
+    from results_db.store.schema import RankSummary
+
+    with target.begin() as conn:
+        for run_id, run_dir, driver, run_hosts, environment in conn.execute(
+                select(Run.id, Run.run_dir, Run.driver, Run.hosts, Run.environment)).all():
+            values: dict[str, Any] = {"driver": "driver" if driver else driver}
+            if run_dir and root:
+                values["run_dir"] = os.path.relpath(run_dir, root)
+            if run_hosts:
+                values["hosts"] = ",".join(hosts.get(h.strip(), "node?") for h in str(run_hosts).split(","))
+            if isinstance(environment, dict) and environment.get("host"):
+                values["environment"] = {**environment, "host": "driver"}
+            conn.execute(update(Run).where(Run.id == run_id).values(**values))
+        for host, role in hosts.items():
+            conn.execute(update(RankSummary).where(RankSummary.host == host).values(host=role))
+
+
+def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, report: bool,
+          with_places: bool = False) -> int:
     target_url = f"sqlite:///{(out / DATABASE).absolute()}"
     target = connect(target_url)
     try:
@@ -164,6 +207,8 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
             copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=_scrub_run(with_accounts))
         except StudyCopyError as exc:
             raise ArtifactError(str(exc)) from None
+        if not with_places:
+            _scrub_places(target, *_places(runs))
         # beside the artifact's database, whatever $SCALESTUDY_EVENTS_DIR says: the folder carries them
         n_files = copy_event_files(engine, target, copied.run_ids, out / (DATABASE + ".events"))
         latest = runs[runs["latest"]] if "latest" in runs else runs
@@ -175,7 +220,7 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
             from results_db.report.html_report import build_report
 
             try:
-                build_report(target, study, out / "report", target_url)
+                build_report(target, study, out / "report", SHOWN_URL)
             except Exception as exc:   # noqa: BLE001 - a study with nothing finished still packs
                 (out / "report").mkdir(exist_ok=True)
                 (out / "report" / "NOT-WRITTEN.txt").write_text(f"the report could not be written: {exc}\n")

@@ -143,6 +143,33 @@ def test_a_rerun_is_checked_before_it_runs_and_a_tarball_is_an_artifact(packed, 
     assert proc.returncode == 2 and "conf/extra.yaml is not in the artifact's manifest" in proc.stderr
 
 
+@pytest.mark.sweep
+def test_no_packed_file_names_the_working_folder_or_a_host(packed, tmp_path):
+    """Issue 62: run folders held absolute paths (the working folder; on Polaris a project's
+    path), the driver its host and PID, the report and its figures the working folder. Every
+    packed file, the database's bytes included, is searched for the folder the study ran in; the
+    database's hosts are roles. The control: ``--with-places`` keeps them, and the search finds them."""
+    import re
+
+    def leaks(folder, needle: str) -> list[str]:
+        return sorted(str(f.relative_to(folder)) for f in folder.rglob("*")
+                      if f.is_file() and needle.encode() in f.read_bytes())
+
+    working = str(packed)   # the folder the study's sweeps ran in
+    assert leaks(packed / "art", working) == []
+    engine = connect(f"sqlite:///{packed / 'art' / 'results.db'}", upgrade=False)
+    with engine.connect() as conn:
+        rows = conn.execute(select(Run.run_dir, Run.driver, Run.hosts)).all()
+    engine.dispose()
+    assert all(not str(d).startswith("/") for d, _, _ in rows)
+    assert {drv for _, drv, _ in rows} <= {"driver", None}
+    assert all(re.fullmatch(r"node\d+(,node\d+)*", h) for _, _, h in rows if h)
+    kept = scalestudy("artifact", "pack", "--study", "orig", "--db", f"sqlite:///{packed / 'scalestudy.db'}",
+                      "--out", str(tmp_path / "kept"), "--with-places", "--no-report", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert "results.db" in leaks(tmp_path / "kept", working)
+
+
 def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path, db_url, monkeypatch):
     """Into a SQLite file and into a team's PostgreSQL (its timelines under $SCALESTUDY_EVENTS_DIR,
     which a PostgreSQL database needs for them; without it the import refuses in one line)."""
