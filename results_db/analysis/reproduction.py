@@ -79,6 +79,11 @@ def compare_rerun(original: pd.DataFrame, rerun: pd.DataFrame, metric: str = "th
             est = confidence.ratio_estimate(_values(side_b, metric), _values(side_a, metric), level=0.90)
             inside = est.low >= 1 / (1 + tolerance) and est.high <= 1 + tolerance
             verdicts.append(REPRODUCED if inside else INCONCLUSIVE)
+            if not inside:   # say why it could not decide, and what would
+                said = [f"its 90 % interval {est.low:.3f}–{est.high:.3f} reaches beyond ±{tolerance:.0%}"]
+                if row.get("detectable") == row.get("detectable") and row["detectable"] > tolerance:
+                    said.append(f"these repeats detect ±{row['detectable']:.0%} at best: more repeats would decide")
+                differs = "; ".join([*said, *([differs] if differs else [])])
         why.append(differs)
     table["reproduction"] = verdicts
     table["why"] = why

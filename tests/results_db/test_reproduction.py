@@ -30,6 +30,9 @@ def test_each_verdict_against_a_hand_computation():
     assert table.loc[1, "reproduction"] == "reproduced"
     assert table.loc[2, "reproduction"] == "slower"
     assert table.loc[4, "reproduction"] == "inconclusive"      # 20 % noise: its 90 % interval leaves ±10 %
+    # issue 62: an inconclusive row says why, and what would decide it
+    assert "its 90 % interval" in table.loc[4, "why"] and "beyond ±10%" in table.loc[4, "why"]
+    assert "more repeats would decide" in table.loc[4, "why"] and "commit: abc then def" in table.loc[4, "why"]
     assert table.loc[8, "reproduction"] == "not comparable" and table.loc[8, "why"] == "only in the original"
     assert table.loc[16, "reproduction"] == "not comparable" and "too few repeats" in table.loc[16, "why"]
     assert "commit: abc then def" in table.loc[1, "why"]
