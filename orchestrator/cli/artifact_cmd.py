@@ -152,7 +152,7 @@ def rerun(argv: Sequence[str]) -> int:
         table = compare_rerun(a, b, metric=args.metric, tolerance=args.tolerance)
     except ValueError as exc:
         return fail(str(exc))
-    _print_reproduction(table, opened.study, new)
+    _print_reproduction(table, opened.study, new, args.metric)
     from results_db.report.html_report import ReportError, build_report
 
     out = Path(args.out or Path("reports") / new)
@@ -188,17 +188,23 @@ def _refused_metric(opened, metric: str) -> str | None:
     return None if present else f"--metric {metric}: the artifact's runs do not have it"
 
 
-def _print_reproduction(table, original: str, new: str) -> None:
+def _print_reproduction(table, original: str, new: str, metric: str = "throughput") -> None:
+    """The verdicts, with every column the legend names (p, adjusted p, g, the detectable change)."""
     from results_db.analysis import regression
 
     from ..terminal.output import render
-    from ..terminal.tables import two_sets_shown
+    from ..terminal.tables import detectable_cell, two_sets_shown
 
     keys = [c for c in table.columns if c not in (*regression.COLUMNS, "reproduction", "why")]
     shown = two_sets_shown(table, "original", "re-run", "re-run/original", keys)
+    shown["p"] = table["p_value"]
+    shown["p adj."] = table["p_adjusted"]
+    shown["g"] = table["effect"]
+    shown["detectable"] = [detectable_cell(*v) for v in zip(table["detectable"], table["detectable_low"],
+                                                            table["detectable_high"])]
     shown["verdict"] = table["reproduction"]
     shown["why"] = table["why"]
-    print(f"{new} against {original}, per configuration: {regression.legend(table, 'throughput')}", file=sys.stderr)
+    print(f"{new} against {original}, per configuration: {regression.legend(table, metric)}", file=sys.stderr)
     render(shown, "table", title=f"re-run {new} against {original}")
 
 
