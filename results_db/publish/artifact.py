@@ -349,6 +349,9 @@ def _readme(study: str, runs, copied, n_files: int) -> str:
     measured = [c for c in ("throughput", "rounds_per_second", "gradients_per_second", "train_seconds",
                             "final_top1", "final_loss", "energy_joules", "mfu") if c in runs and runs[c].notna().any()]
     site_arg = f" site={sites[0]}" if sites else ""
+    # an account only where the runs were charged to one (a local site's were not)
+    charged = "config" in runs and any(isinstance(c, dict) and c.get("account") for c in runs["config"])
+    account_arg = " account=YOUR_PROJECT" if charged else ""
     return f"""# Artifact of study `{study}`
 
 Written by `scalestudy artifact pack` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.
@@ -377,7 +380,7 @@ Measured: {', '.join(measured) or 'nothing finished'}.
 
 ## Re-running it
 
-Here (the same site): `scalestudy artifact rerun .` ; on the original site: `scalestudy artifact rerun .{site_arg} account=YOUR_PROJECT`;
+Here (the same site): `scalestudy artifact rerun .` ; on the original site: `scalestudy artifact rerun .{site_arg}{account_arg}`;
 on another: `scalestudy artifact rerun . site=OTHER`. The runs go into a new study of your database, and are compared with
 these, configuration by configuration: reproduced, faster, slower, inconclusive, or not comparable, with the reasons.
 """
