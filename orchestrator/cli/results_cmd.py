@@ -441,6 +441,8 @@ def report(argv: Sequence[str]) -> int:
                              "the MSE; default: the study's paper's target, e.g. 4.7 for eager_sgd_paper_hyperplane, "
                              "else the highest of every run's lowest loss)")
     parser.add_argument("--where", action="append", default=None, help="only runs matching, e.g. 'nodes<=8'")
+    parser.add_argument("--against-metric", default="throughput", metavar="METRIC",
+                        help="the metric the --against section compares (default throughput; any compare --metric)")
     parser.add_argument("--against", default=None, metavar="STUDY",
                         help="add a section: this study against STUDY per configuration both ran (change with its "
                              "interval, Welch's test, effect size, verdict), as in compare --against")
@@ -458,7 +460,8 @@ def report(argv: Sequence[str]) -> int:
         engine = open_for_reading(url)
         print(f"writing the report of study {args.study!r} from {safe_url(url)} into {out}/")
         report = build_report(engine, args.study, out, url, baseline=args.baseline, target=args.target,
-                              where=args.where, against=args.against, loss_target=args.loss_target)
+                              where=args.where, against=args.against, loss_target=args.loss_target,
+                              against_metric=args.against_metric)
     except (ReportError, FigureDataError, query.QueryError, NoDatabase, OlderSchema) as exc:
         return fail(str(exc))
     except OSError as exc:

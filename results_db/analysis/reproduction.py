@@ -88,6 +88,7 @@ def compare_rerun(original: pd.DataFrame, rerun: pd.DataFrame, metric: str = "th
     table["reproduction"] = verdicts
     table["why"] = why
     table.attrs["tolerance"] = tolerance
+    table.attrs["metric"] = metric
     return table
 
 

@@ -242,6 +242,16 @@ def test_the_report_has_a_section_against_another_study(db, tmp_path):
     assert (out / "against-old.csv").exists() and (out / "figures/against-old.png").stat().st_size > 10_000
     bad = scalestudy("report", "--study", "new", "--against", "nosuch", "--db", db, "--out", str(out), cwd=tmp_path)
     assert bad.returncode == 2 and "nosuch" in bad.stderr
+    # issue 61: the section compares the metric asked for, not throughput always; the same verdicts for
+    # the time of the same work (lower is better), as compare --against gives them
+    timed = scalestudy("report", "--study", "new", "--against", "old", "--against-metric", "train_seconds",
+                       "--db", db, "--out", str(tmp_path / "rep2"), cwd=tmp_path)
+    assert timed.returncode == 0, timed.stderr
+    page = (tmp_path / "rep2" / "index.html").read_text()
+    assert "A: train_seconds (repeats)" in page and "train_seconds (lower is better)" in page and "1 faster" in page
+    typo = scalestudy("report", "--study", "new", "--against", "old", "--against-metric", "trian_seconds",
+                      "--db", db, "--out", str(tmp_path / "rep3"), cwd=tmp_path)
+    assert typo.returncode == 2 and len(typo.stderr.strip().splitlines()) == 1 and "trian_seconds" in typo.stderr
 
 
 def test_query_groups_with_the_means_interval(db, tmp_path):

@@ -68,7 +68,8 @@ def _where_text(where) -> str | None:
 def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: str | None = None,
                  target: float | None = None, where: str | Sequence[str] | None = None,
                  against: str | None = None, loss_target: float | None = None,
-                 reproduction: pd.DataFrame | None = None, reproduction_of: str = "") -> Report:
+                 reproduction: pd.DataFrame | None = None, reproduction_of: str = "",
+                 against_metric: str = "throughput") -> Report:
     """Write the report of ``study`` into ``out``; ``db_url`` is shown (password masked), never used to connect.
     ``target``: the top-1 time to accuracy measures to; ``loss_target``: the validation loss time to
     loss measures to (a regression's: default, the study's paper's target, else the highest of every
@@ -111,7 +112,8 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     finished_runs = planned[planned["status"] == "done"] if "status" in planned else planned
     paper = paper_claims.paper_vs_run(finished_runs, study, evals=query.evals(
         engine, [int(i) for i in finished_runs["run_id"]]) if len(finished_runs) else None)
-    change, against = _change(engine, planned, against, where, reproduction, reproduction_of)
+    metric = str(reproduction.attrs.get("metric", against_metric)) if reproduction is not None else against_metric
+    change, against = _change(engine, planned, against, where, reproduction, reproduction_of, metric)
 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +132,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
     _atomic(out / "failures.csv", lambda tmp: failures.to_csv(tmp, index=False))
     if not paper.empty:
         _atomic(out / "paper-vs-this-run.csv", lambda tmp: paper.to_csv(tmp, index=False))
-    against_section = _against_section(out, fig_dir, against, change) if against else None
+    against_section = _against_section(out, fig_dir, against, change, metric) if against else None
     axes = tables.sweep_axes(sr) if sr is not None else pd.DataFrame(columns=["axis", "name", "values", "role"])
     html = page.render(
         out, study=study, summary=_summary(planned), where=_where_text(where), axes=axes, table=configurations,
@@ -143,7 +145,7 @@ def build_report(engine: Engine, study: str, out: Path, db_url: str, baseline: s
 
 
 def _change(engine: Engine, planned: pd.DataFrame, against: str | None, where, reproduction: pd.DataFrame | None,
-            reproduction_of: str) -> tuple[pd.DataFrame, str | None]:
+            reproduction_of: str, metric: str = "throughput") -> tuple[pd.DataFrame, str | None]:
     """The "Against A" table and its heading: an artifact's re-run against its original
     (results_db.analysis.reproduction), or this study (B) against another (A), per configuration
     both ran (results_db.analysis.regression), on the same selection of runs."""
@@ -155,12 +157,12 @@ def _change(engine: Engine, planned: pd.DataFrame, against: str | None, where, r
     if reference.empty:
         raise ReportError(f"against {against!r}: no runs of that study here")
     try:
-        return regression.compare_sets(reference, planned), against
+        return regression.compare_sets(reference, planned, metric=metric), against
     except CompareError as exc:
         raise ReportError(f"against {against!r}: {exc}") from None
 
 
-def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFrame) -> dict:
+def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFrame, metric: str = "throughput") -> dict:
     """The page's "Against A" section: the table, its CSV and the change figure."""
     from matplotlib.figure import Figure
 
@@ -184,10 +186,10 @@ def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFram
     png = None
     if change["change"].notna().any():
         fig = Figure(figsize=(8.0, 1.5 + 0.35 * len(change)), layout="constrained")
-        draw_change(change, fig, "throughput", against, "this study")
+        draw_change(change, fig, metric, against, "this study")
         png = f"figures/against-{slug}.png"
         _atomic(out / png, lambda tmp: fig.savefig(tmp, dpi=150, format="png"))
-    legend = regression.legend(change, "throughput")
+    legend = regression.legend(change, metric)
     if "reproduction" in change:
         from results_db.analysis.reproduction import counts
 
@@ -195,7 +197,7 @@ def _against_section(out: Path, fig_dir: Path, against: str, change: pd.DataFram
                    f"±{100 * change.attrs.get('tolerance', 0.1):g} % (two one-sided tests); inconclusive: neither; "
                    "not comparable: one side did not run it, or too few repeats. The reasons name what differs")
     return {"name": against, "legend": legend, "csv": csv, "png": png,
-            "heads": [*keys, "A: throughput (repeats)", "B: throughput (repeats)", "B ÷ A", "p", "p adj.", "g",
+            "heads": [*keys, f"A: {metric} (repeats)", f"B: {metric} (repeats)", "B ÷ A", "p", "p adj.", "g",
                       "detectable", "verdict"],
             "rows": rows, "counts": counts(change) if "reproduction" in change else regression.verdict_counts(change)}
 
