@@ -105,7 +105,7 @@ def pack(engine: Engine, study: str, out: Path, with_accounts: bool = False, arc
     return Packed(out, len(runs), files, tar)
 
 
-def _scrub_run(with_accounts: bool):
+def _scrub_run(with_accounts: bool, root: str | None = None):
     def rewrite(row: dict[str, Any]) -> dict[str, Any]:
         config = dict(row.get("config") or {})
         if not with_accounts:
@@ -117,15 +117,21 @@ def _scrub_run(with_accounts: bool):
                 spec.pop(key, None)
             row["spec"] = spec
         row["config"] = config
-        row["environment"] = _shareable_environment(row.get("environment"), with_accounts)
+        row["environment"] = _shareable_environment(row.get("environment"), with_accounts, root)
         return row
     return rewrite
 
 
-def _shareable_command(command: str, with_accounts: bool) -> str:
-    """A recorded sweep command fit to leave the site: no database password, and no account
-    (``account=PROJECT`` and ``+account=...`` words) unless the packer asked for them."""
+RUNS_ROOT = "<runs>"   # the study's run folders' common root, as packed files name it
+
+
+def _shareable_command(command: str, with_accounts: bool, root: str | None = None) -> str:
+    """A recorded sweep command fit to leave the site: no database password, no path under the
+    study's runs' ``root`` (``hydra.sweep.dir=<runs>/orig``), and no account (``account=PROJECT`` and
+    ``+account=...`` words) unless the packer asked for them."""
     command = scrub(command, _url_in(command))
+    if root:
+        command = command.replace(root, RUNS_ROOT)
     if with_accounts:
         return command
     try:
@@ -140,12 +146,14 @@ def _shareable_command(command: str, with_accounts: bool) -> str:
     return shlex.join(shared(w) for w in words)
 
 
-def _shareable_environment(environment, with_accounts: bool):
+def _shareable_environment(environment, with_accounts: bool, root: str | None = None):
     if not isinstance(environment, dict):
         return environment
     env = dict(environment)
     if env.get("command"):
-        env["command"] = _shareable_command(env["command"], with_accounts)
+        env["command"] = _shareable_command(env["command"], with_accounts, root)
+    if root and env.get("host"):
+        env["host"] = "driver"
     return env
 
 
@@ -204,18 +212,19 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
     target = connect(target_url)
     try:
         try:
-            copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=_scrub_run(with_accounts))
+            root, hosts = (None, {}) if with_places else _places(runs)
+            copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=_scrub_run(with_accounts, root))
         except StudyCopyError as exc:
             raise ArtifactError(str(exc)) from None
         if not with_places:
-            _scrub_places(target, *_places(runs))
+            _scrub_places(target, root, hosts)
         # beside the artifact's database, whatever $SCALESTUDY_EVENTS_DIR says: the folder carries them
         n_files = copy_event_files(engine, target, copied.run_ids, out / (DATABASE + ".events"))
         latest = runs[runs["latest"]] if "latest" in runs else runs
-        _write_configs(out, latest, with_accounts)
+        _write_configs(out, latest, with_accounts, root)
         _write_sites(out, latest)
-        _write_json(out / "software.json", _software(latest, with_accounts))
-        _write_json(out / "machine.json", _machine(engine, latest))
+        _write_json(out / "software.json", _software(latest, with_accounts, root))
+        _write_json(out / "machine.json", _machine(engine, latest, hosts))
         if report:
             from results_db.report.html_report import build_report
 
@@ -267,7 +276,7 @@ def _config_of(row, with_accounts: bool) -> dict[str, Any]:
     return config
 
 
-def _write_configs(out: Path, runs, with_accounts: bool) -> None:
+def _write_configs(out: Path, runs, with_accounts: bool, root: str | None = None) -> None:
     folder = out / "conf" / "study"
     folder.mkdir(parents=True)
     for row in runs.to_dict("records"):
@@ -279,7 +288,7 @@ def _write_configs(out: Path, runs, with_accounts: bool) -> None:
                 + yaml.safe_dump(config, sort_keys=False))
         (folder / f"run_{int(row['run_id'])}.yaml").write_text(text, encoding="utf-8")
     commands = sorted({(r.get("environment") or {}).get("command") for r in runs.to_dict("records")} - {None})
-    lines = sorted({_shareable_command(c, with_accounts) for c in commands})
+    lines = sorted({_shareable_command(c, with_accounts, root) for c in commands})
     (out / "sweeps.txt").write_text(
         "# the sweep command lines that produced this study's runs, as each run recorded it\n"
         + ("\n".join(lines) if lines else "# (not recorded: runs made before scalestudy recorded their command)") + "\n",
@@ -298,7 +307,7 @@ def _write_sites(out: Path, runs) -> None:
             shutil.copy2(source, folder / f"{site}.yaml")
 
 
-def _software(runs, with_accounts: bool) -> dict[str, Any]:
+def _software(runs, with_accounts: bool, root: str | None = None) -> dict[str, Any]:
     def distinct(column: str) -> list:
         if column not in runs:
             return []
@@ -309,15 +318,18 @@ def _software(runs, with_accounts: bool) -> dict[str, Any]:
         return seen
 
     return {"git_commit": distinct("git_commit"), "git_dirty": distinct("git_dirty"),
-            "orchestrator": [_shareable_environment(e, with_accounts) for e in distinct("environment")], "ranks": distinct("versions"),
+            "orchestrator": [_shareable_environment(e, with_accounts, root) for e in distinct("environment")],
+            "ranks": distinct("versions"),
             "data_path_used": distinct("data_path_used")}
 
 
-def _machine(engine: Engine, runs) -> dict[str, Any]:
+def _machine(engine: Engine, runs, hosts: dict[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in ("site", "hosts", "host_cpus", "gpu_model", "gpus", "nccl_network", "nccl_plugin", "host_load"):
         if column in runs:
             out[column] = sorted({str(v) for v in runs[column].dropna()})
+    if hosts and "hosts" in out:   # by role (``_places``), as the database has them
+        out["hosts"] = sorted({",".join(hosts.get(h.strip(), "node?") for h in v.split(",")) for v in out["hosts"]})
     from results_db.analysis.network import fit_network, measurements
 
     measured = {}
