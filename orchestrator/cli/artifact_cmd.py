@@ -156,15 +156,17 @@ def rerun(argv: Sequence[str]) -> int:
     from results_db.report.html_report import ReportError, build_report
 
     out = Path(args.out or Path("reports") / new)
-    out.mkdir(parents=True, exist_ok=True)
-    csv = out / f"reproduction-{new}.csv"   # beside the report, not in the folder the command ran from
-    table.to_csv(csv, index=False)
     try:
         build_report(engine, new, out, url, reproduction=table, reproduction_of=opened.study)
     except ReportError as exc:
         print(f"(no report: {exc})", file=sys.stderr)
-    else:
-        print(f"table: {csv}; report: {out / 'index.html'}", file=sys.stderr)
+    # beside the report (written after it: a report is written into a folder of its own files only),
+    # not into the folder the command ran from
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / f"reproduction-{new}.csv"
+    table.to_csv(csv, index=False)
+    print(f"table: {csv}" + (f"; report: {out / 'index.html'}" if (out / "index.html").is_file() else ""),
+          file=sys.stderr)
     print(counts(table))
     return 0
 

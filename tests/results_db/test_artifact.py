@@ -213,7 +213,8 @@ def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     import pandas as pd
 
-    table = pd.read_csv(tmp_path / "reproduction-slurm_again.csv").set_index("nodes")
+    table = pd.read_csv(tmp_path / "reports" / "slurm_again" / "reproduction-slurm_again.csv").set_index("nodes")
+    assert not (tmp_path / "reproduction-slurm_again.csv").exists()   # not into the working folder (issue 62)
     assert table.loc[1, "reproduction"] == "reproduced", table
     assert table.loc[2, "reproduction"] == "slower", table
     assert "1 reproduced, 1 slower" in proc.stdout
