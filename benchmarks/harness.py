@@ -120,7 +120,7 @@ def cli_lines(commands: dict[str, list[str]], times: dict[tuple[str, str], list[
                f"{'ok' if statistics.median(xs) <= limit_s else 'OVER'} <= {limit_s:g} s"
         if (name, "before") in times:
             old = times[(name, "before")]
-            line += f"; before {summary(old, 2, ' s')}, after/before {statistics.median(per_round(xs, old)):.2f}"
+            line += f"; before {summary(old, 2, ' s')}, after/before {summary(per_round(xs, old), 2)}"
         lines.append(line)
     return lines
 
