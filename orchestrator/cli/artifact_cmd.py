@@ -104,6 +104,9 @@ def rerun(argv: Sequence[str]) -> int:
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="reproduced: the change's 90 %% interval within ± this (default 0.10)")
     parser.add_argument("--out", default=None, help="the report's folder (default reports/NEW)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="price the re-run (the sweep's dry run: its runs, batch jobs and node-hours at most); "
+                             "nothing runs, nothing is recorded")
     add_db_option(parser)
     args = parser.parse_args(argv)
     from results_db import connect
@@ -139,7 +142,10 @@ def rerun(argv: Sequence[str]) -> int:
     url = resolve_db_url(args.db)
     env = dict(os.environ, **{DB_URL_ENV: url})
     cmd = [sys.executable, "-m", "orchestrator.cli", "sweep", "--config-dir", str((opened.folder / "conf").absolute()),
-           "study=glob(run_*)", f"study_name={new}", *overrides]
+           "study=glob(run_*)", f"study_name={new}", *overrides, *(["--dry-run"] if args.dry_run else [])]
+    if args.dry_run:   # what it would cost, before a node-hour is spent
+        print(f"re-run of study {opened.study!r} from {opened.folder}, priced (--dry-run: nothing runs):", file=sys.stderr)
+        return subprocess.run(cmd, env=env).returncode
     print(f"re-running study {opened.study!r} from {opened.folder} as study {new!r}", file=sys.stderr)
     code = subprocess.run(cmd, env=env).returncode
     if code not in (0, 1):   # 1: some runs failed, which the comparison says

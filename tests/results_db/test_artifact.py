@@ -129,6 +129,10 @@ def test_a_rerun_is_checked_before_it_runs_and_a_tarball_is_an_artifact(packed, 
         proc = scalestudy("artifact", "rerun", str(packed / "art"), *args, "--db", db, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, proc.stderr
     assert not (tmp_path / "rerun.db").exists() and not (tmp_path / "multirun").exists()
+    priced = scalestudy("artifact", "rerun", str(packed / "art" ), "--dry-run", "--db", db, cwd=tmp_path)
+    assert priced.returncode == 0 and "dry run" in (priced.stdout + priced.stderr).lower(), priced.stderr[-2000:]
+    assert "node-hours" in priced.stdout + priced.stderr
+    assert not (tmp_path / "rerun.db").exists() or query.runs(connect(db)).empty   # nothing ran, nothing recorded
     tarball = packed / "art.tar.gz"
     ok = scalestudy("artifact", "check", str(tarball), cwd=tmp_path)
     assert ok.returncode == 0 and "every digest as written" in ok.stdout, ok.stderr
