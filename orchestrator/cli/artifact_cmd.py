@@ -93,9 +93,9 @@ def check(argv: Sequence[str]) -> int:
     return 0
 
 
-def rerun(argv: Sequence[str]) -> int:
+def _rerun_parser() -> OneLineParser:
     parser = OneLineParser(prog="scalestudy artifact rerun",
-                                     description="Run an artifact's sweep again into a new study, and compare.")
+                           description="Run an artifact's sweep again into a new study, and compare.")
     parser.add_argument("folder")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="sweep keys for every run: site=OTHER, account=PROJECT, ... (not the study's axes)")
@@ -108,7 +108,11 @@ def rerun(argv: Sequence[str]) -> int:
                         help="price the re-run (the sweep's dry run: its runs, batch jobs and node-hours at most); "
                              "nothing runs, nothing is recorded")
     add_db_option(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def rerun(argv: Sequence[str]) -> int:
+    args = _rerun_parser().parse_args(argv)
     from results_db import connect
     from results_db.store import query
     from results_db.publish.artifact import ArtifactError, open_artifact
