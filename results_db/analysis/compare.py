@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 from sqlalchemy import Engine
 
@@ -210,11 +209,5 @@ def _same(a, b) -> bool:
 
 def _detectable(mine: Sequence[float], theirs: Sequence[float]) -> tuple[float, float, float]:
     """The smallest relative change between the two configurations that their repeats would find
-    with 80 % power, and the range it may lie in, its noise being estimated from the same repeats
-    (``power.detectable_change``, ``power.detectable_range``; NaN below ``confidence.MIN_REPEATS``
-    a side)."""
-    if len(mine) < confidence.MIN_REPEATS or len(theirs) < confidence.MIN_REPEATS:
-        return math.nan, math.nan, math.nan
-    a, b = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
-    noise = (a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
-    return (power.detectable_change(*noise), *power.detectable_range(*noise))
+    with 80 % power, and the range it may lie in (``power.detectable_of``)."""
+    return power.detectable_of(mine, theirs)

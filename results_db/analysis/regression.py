@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from results_db.stats import confidence, multiplicity, power
@@ -125,13 +124,9 @@ def compare_sets(a: pd.DataFrame, b: pd.DataFrame, metric: str = "throughput",
 
 def _detectable(a, b, alpha: float) -> dict[str, float]:
     """The smallest relative change these repeats find with 80 % power at ``alpha``, and the range
-    it may lie in, its noise being estimated from the same repeats (``power``)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(a) < confidence.MIN_REPEATS or len(b) < confidence.MIN_REPEATS:
-        return {"detectable": float("nan"), "detectable_low": float("nan"), "detectable_high": float("nan")}
-    noise = (a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
-    low, high = power.detectable_range(*noise, alpha)
-    return {"detectable": power.detectable_change(*noise, alpha), "detectable_low": low, "detectable_high": high}
+    it may lie in (``power.detectable_of``)."""
+    point, low, high = power.detectable_of(a, b, alpha)
+    return {"detectable": point, "detectable_low": low, "detectable_high": high}
 
 
 VERDICT_ORDER = ("faster", "better", "slower", "worse", "no evidence", confidence.TOO_FEW, confidence.NO_VARIATION,

@@ -177,6 +177,8 @@ def _places(runs) -> tuple[str | None, dict[str, str]]:
         import os
 
         root = os.path.commonpath([os.path.dirname(f) for f in folders]) if len(folders) > 1 else os.path.dirname(folders[0])
+        if len(Path(root).parts) < 3:   # "/" or "/scratch": too short to replace in text without harm
+            root = None
     hosts: dict[str, str] = {}
     for value in (runs["hosts"].dropna() if "hosts" in runs else []):
         for host in str(value).split(","):
@@ -434,15 +436,25 @@ _SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
 def unpack_archive(path: Path) -> Path:
     """The artifact folder inside ``pack --archive``'s tarball, extracted into a new temporary
     folder (``tarfile``'s "data" filter: no absolute paths, links out of it or device files)."""
+    import atexit
     import tempfile
 
     try:
         with tarfile.open(path) as fh:
-            tops = {Path(m.name).parts[0] for m in fh.getmembers() if m.name not in ("", ".")}
+            members = fh.getmembers()
+            tops = {Path(m.name).parts[0] for m in members if m.name not in ("", ".")}
             if len(tops) != 1:
                 raise ArtifactError(f"{path}: a tarball of {len(tops)} top-level entries, not one artifact folder")
+            unsafe = [m.name for m in members if Path(m.name).is_absolute() or ".." in Path(m.name).parts
+                      or not (m.isfile() or m.isdir())]
+            if unsafe:   # what the "data" filter refuses, checked on Pythons that lack it (before 3.10.12)
+                raise ArtifactError(f"{path}: {unsafe[0]} is not a plain file or folder inside the artifact")
             where = Path(tempfile.mkdtemp(prefix="scalestudy-artifact-"))
-            fh.extractall(where, filter="data")
+            atexit.register(shutil.rmtree, where, True)   # the command's own copy: gone when it ends
+            if hasattr(tarfile, "data_filter"):
+                fh.extractall(where, filter="data")
+            else:
+                fh.extractall(where)
     except (tarfile.TarError, OSError) as exc:
         raise ArtifactError(f"{path}: not a readable artifact tarball ({exc})") from None
     return where / tops.pop()

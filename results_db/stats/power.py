@@ -24,7 +24,7 @@ import math
 import numpy as np
 from scipy import special   # the distributions' functions; scipy.stats and .optimize cost 0.5 s to import
 
-from .confidence import ALPHA
+from .confidence import ALPHA, MIN_REPEATS, UNEQUAL_DF_PENALTY
 
 POWER = 0.80
 _GRID = 96   # quantiles of each side's variance: the quadrature's points (96 x 96)
@@ -47,6 +47,9 @@ def _critical(n_a: int, n_b: int, share_a: float, alpha: float) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         df = (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
     df = np.where(np.isfinite(df), df, n_a + n_b - 2)   # one side without noise: the other's
+    # the test as it is run: at unequal repeats its degrees of freedom are lowered (``confidence``)
+    unequal = 1 - min(n_a, n_b) / max(n_a, n_b)
+    df = np.maximum(df - UNEQUAL_DF_PENALTY * unequal, 1.0)
     return (special.stdtrit(df, 1 - alpha / 2) * np.sqrt(va + vb)).ravel()
 
 
@@ -127,6 +130,16 @@ def detectable_range(cv_a: float, cv_b: float, n_a: int, n_b: int, alpha: float 
     scale_high = math.sqrt(df / special.chdtri(df, 1 - tail))
     return (detectable_change(cv_a * scale_low, cv_b * scale_low, n_a, n_b, alpha, target),
             detectable_change(cv_a * scale_high, cv_b * scale_high, n_a, n_b, alpha, target))
+
+
+def detectable_of(a, b, alpha: float = ALPHA) -> tuple[float, float, float]:
+    """(detectable change, its range's low, high) from two sides' repeats, their noise estimated from
+    them; NaNs below ``MIN_REPEATS`` a side. What compare and the two-set comparison print."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
+        return math.nan, math.nan, math.nan
+    noise = (a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean(), len(a), len(b))
+    return (detectable_change(*noise, alpha), *detectable_range(*noise, alpha))
 
 
 def repeats_needed(change: float, cv: float, alpha: float = ALPHA, target: float = POWER, most: int = 1000) -> int:

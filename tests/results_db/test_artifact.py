@@ -254,3 +254,29 @@ def test_an_artifact_of_two_sites_is_rerun_on_one_named(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "local, local_slurm" in lines[0], proc.stderr
     assert not (tmp_path / "again.db").exists() or query.runs(connect(db)).empty
+
+
+def test_a_shallow_root_is_never_replaced_and_an_unsafe_tarball_is_refused(tmp_path):
+    """Run folders with no common root deeper than "/scratch" keep their paths (replacing "/" in
+    every recorded command would mangle them); a tarball with a member outside its folder (the
+    "data" filter's refusal, checked on Pythons without it) is refused in one line, nothing written."""
+    import io
+    import tarfile
+
+    import pandas as pd
+
+    from results_db.publish.artifact import ArtifactError, _places, unpack_archive
+
+    runs = pd.DataFrame({"run_dir": ["/home/a/mr/0", "/scratch/b/mr/1"], "hosts": ["nid1,nid2", "nid2"]})
+    root, hosts = _places(runs)
+    assert root is None and hosts == {"nid1": "node0", "nid2": "node1"}
+    assert _places(pd.DataFrame({"run_dir": ["/home/a/mr/s/0", "/home/a/mr/s/1"]}))[0] == "/home/a/mr/s"
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as fh:
+        data = b"x"
+        info = tarfile.TarInfo("art/../../evil")
+        info.size = len(data)
+        fh.addfile(info, io.BytesIO(data))
+    with pytest.raises(ArtifactError, match="not a plain file or folder inside"):
+        unpack_archive(bad)
+    assert not (tmp_path.parent / "evil").exists()

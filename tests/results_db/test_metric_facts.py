@@ -46,3 +46,21 @@ def test_the_header_names_a_default_direction():
     assert "netbench's default for its own runs, --better to say otherwise" in compare_header(
         "metrics.latency_us", "nodes=1", "lower", NETBENCH_DEFAULT)
     assert "(higher is better)" in compare_header("metrics.latency_us", "nodes=1", "higher")
+
+
+def test_a_figures_axis_reads_the_runs_declaration():
+    """The figure of a user's metric says which way is better from the runs' own configs (it read
+    the figure's label before, so a declaration never reached it and only netbench's name did)."""
+    import pandas as pd
+
+    from results_db.report.figures.data import StudyRuns, metric_by_config
+
+    def study(config) -> StudyRuns:
+        runs = pd.DataFrame({"run_id": [1, 2], "nodes": [1, 2], "metrics.latency_us": [5.0, 4.0],
+                             "config": [config, config]})
+        return StudyRuns("s", runs, ("nodes",))
+
+    assert metric_by_config(study(users("lower")), "metrics.latency_us").attrs["better"] == "lower"
+    assert metric_by_config(study(users("higher")), "metrics.latency_us").attrs["better"] == "higher"
+    assert "better" not in metric_by_config(study(users()), "metrics.latency_us").attrs   # undeclared: none said
+    assert metric_by_config(study(NETBENCH), "metrics.latency_us").attrs["better"] == "lower"

@@ -360,7 +360,9 @@ def metric_by_config(sr: StudyRuns, column: str) -> pd.DataFrame:
              .agg(value_mean="mean", value_std="std", repeats="count").reset_index())
     stats["value_std"] = stats["value_std"].fillna(0.0)
     try:   # which way it is better, where its config declares it (metric_facts): said on the axis
-        stats.attrs["better"] = metric_facts.measure_of(column, frame["config"] if "config" in frame else ()).better
+        # the runs' own configs (with_config's "config" is the figure's label, not what a run declared)
+        runs = sr.runs[sr.runs["run_id"].isin(frame["run_id"])]
+        stats.attrs["better"] = metric_facts.measure_of(column, runs["config"] if "config" in runs else ()).better
     except metric_facts.MetricDirectionError:
         pass
     return used(stats, frame["run_id"])
