@@ -5,10 +5,11 @@ Each step's gradients go through one round of a partial allreduce
 gradients join a later round. What a rank that was late does is ``catch_up``:
 
 - ``paper``: the paper's mechanism, after the authors' code (``Shigangli/eager-SGD``, fflib2
-  and ``opt_esgd_*_imagenet_imbalance.py``), with one difference: every process computes each of
-  its own steps; its k-th gradient joins round k if that round has not fired yet, else the next
-  round it takes part in (the authors' op drops a gradient whose round fired without it; here it
-  is added to the next); it applies the latest result in its receive buffer (a process that lagged sees
+  and ``opt_esgd_*_imagenet_imbalance.py``), with the two differences docs/explanation/eager-sgd.md
+  names (here a late gradient always joins the next round, where the authors' op zeroes its send
+  buffer each step and so may drop it; here the last step is a synchronous round): every process
+  computes each of its own steps; its k-th gradient joins round k if that round has not fired
+  yet, else the next round it takes part in; it applies the latest result in its receive buffer (a process that lagged sees
   only the newest round, and may apply it again at its next step), so models drift; solo runs
   every 33rd round synchronously (fflib2's limiter, ``LIMITER 32``: its only bound on staleness;
   majority has none); and every ``sync_every`` steps (``resync_epochs`` epochs, 10 by default as
