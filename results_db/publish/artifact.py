@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import shutil
 import tarfile
 from dataclasses import dataclass
@@ -38,14 +37,15 @@ import yaml
 from sqlalchemy import Engine, select, update
 
 from results_db.store import event_files, query
-from results_db.store.connect import connect, scrub
+from results_db.store.connect import connect
 from results_db.store.schema import Run
 from results_db.store.study_copy import StudyCopyError, copy_study
+
+from .scrub import ACCOUNT_KEYS, places, scrub_places, scrub_run, shareable_command, shareable_environment
 
 MANIFEST = "manifest.json"
 DATABASE = "results.db"
 ARTIFACT_FORMAT = 1
-ACCOUNT_KEYS = ("account",)
 
 
 class ArtifactError(ValueError):
@@ -105,107 +105,7 @@ def pack(engine: Engine, study: str, out: Path, with_accounts: bool = False, arc
     return Packed(out, len(runs), files, tar)
 
 
-def _scrub_run(with_accounts: bool, root: str | None = None):
-    def rewrite(row: dict[str, Any]) -> dict[str, Any]:
-        config = dict(row.get("config") or {})
-        if not with_accounts:
-            for key in ACCOUNT_KEYS:
-                if config.get(key) is not None:
-                    config[key] = None
-            spec = dict(row.get("spec") or {})
-            for key in ACCOUNT_KEYS:
-                spec.pop(key, None)
-            row["spec"] = spec
-        row["config"] = config
-        row["environment"] = _shareable_environment(row.get("environment"), with_accounts, root)
-        return row
-    return rewrite
-
-
-RUNS_ROOT = "<runs>"   # the study's run folders' common root, as packed files name it
-
-
-def _shareable_command(command: str, with_accounts: bool, root: str | None = None) -> str:
-    """A recorded sweep command fit to leave the site: no database password, no path under the
-    study's runs' ``root`` (``hydra.sweep.dir=<runs>/orig``), and no account (``account=PROJECT`` and
-    ``+account=...`` words) unless the packer asked for them."""
-    command = scrub(command, _url_in(command))
-    if root:
-        command = command.replace(root, RUNS_ROOT)
-    if with_accounts:
-        return command
-    try:
-        words = shlex.split(command)   # recorded with shlex.join: a quoted value is one word
-    except ValueError:
-        words = command.split()
-
-    def shared(word: str) -> str:
-        key, sep, _ = word.partition("=")
-        return f"{key}=<left out>" if sep and key.lstrip("+~") in ACCOUNT_KEYS else word
-
-    return shlex.join(shared(w) for w in words)
-
-
-def _shareable_environment(environment, with_accounts: bool, root: str | None = None):
-    if not isinstance(environment, dict):
-        return environment
-    env = dict(environment)
-    if env.get("command"):
-        env["command"] = _shareable_command(env["command"], with_accounts, root)
-    if root and env.get("host"):
-        env["host"] = "driver"
-    return env
-
-
-def _url_in(text: str) -> str | None:
-    for word in text.split():
-        if "://" in word:
-            return word.split("=", 1)[-1]
-    return None
-
-
 SHOWN_URL = f"sqlite:///{DATABASE}"   # the database as the artifact's own files name it: relative to the folder
-
-
-def _places(runs) -> tuple[str | None, dict[str, str]]:
-    """The study's run folders' common root (run folders are packed relative to it) and each host
-    by role: ``node0``, ``node1``, ... in the order the runs first name them (issue 62: the working
-    folder, a project's path on a shared file system and the hosts left with the artifact)."""
-    folders = [str(d) for d in runs["run_dir"].dropna()] if "run_dir" in runs else []
-    root = None
-    if folders:
-        import os
-
-        root = os.path.commonpath([os.path.dirname(f) for f in folders]) if len(folders) > 1 else os.path.dirname(folders[0])
-        if len(Path(root).parts) < 3:   # "/" or "/scratch": too short to replace in text without harm
-            root = None
-    hosts: dict[str, str] = {}
-    for value in (runs["hosts"].dropna() if "hosts" in runs else []):
-        for host in str(value).split(","):
-            hosts.setdefault(host.strip(), f"node{len(hosts)}")
-    return root, hosts
-
-
-def _scrub_places(target: Engine, root: str | None, hosts: dict[str, str]) -> None:
-    """In the artifact's database: run folders relative to the study's root, the driver by its role,
-    hosts by role (``_places``), in the runs and the per-rank summaries."""
-    import os
-
-    from results_db.store.schema import RankSummary
-
-    with target.begin() as conn:
-        for run_id, run_dir, driver, run_hosts, environment in conn.execute(
-                select(Run.id, Run.run_dir, Run.driver, Run.hosts, Run.environment)).all():
-            values: dict[str, Any] = {"driver": "driver" if driver else driver}
-            if run_dir and root:
-                values["run_dir"] = os.path.relpath(run_dir, root)
-            if run_hosts:
-                values["hosts"] = ",".join(hosts.get(h.strip(), "node?") for h in str(run_hosts).split(","))
-            if isinstance(environment, dict) and environment.get("host"):
-                values["environment"] = {**environment, "host": "driver"}
-            conn.execute(update(Run).where(Run.id == run_id).values(**values))
-        for host, role in hosts.items():
-            conn.execute(update(RankSummary).where(RankSummary.host == host).values(host=role))
 
 
 def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, report: bool,
@@ -214,12 +114,12 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
     target = connect(target_url)
     try:
         try:
-            root, hosts = (None, {}) if with_places else _places(runs)
-            copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=_scrub_run(with_accounts, root))
+            root, hosts = (None, {}) if with_places else places(runs)
+            copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=scrub_run(with_accounts, root))
         except StudyCopyError as exc:
             raise ArtifactError(str(exc)) from None
         if not with_places:
-            _scrub_places(target, root, hosts)
+            scrub_places(target, root, hosts)
         # beside the artifact's database, whatever $SCALESTUDY_EVENTS_DIR says: the folder carries them
         n_files = copy_event_files(engine, target, copied.run_ids, out / (DATABASE + ".events"))
         latest = runs[runs["latest"]] if "latest" in runs else runs
@@ -290,7 +190,7 @@ def _write_configs(out: Path, runs, with_accounts: bool, root: str | None = None
                 + yaml.safe_dump(config, sort_keys=False))
         (folder / f"run_{int(row['run_id'])}.yaml").write_text(text, encoding="utf-8")
     commands = sorted({(r.get("environment") or {}).get("command") for r in runs.to_dict("records")} - {None})
-    lines = sorted({_shareable_command(c, with_accounts, root) for c in commands})
+    lines = sorted({shareable_command(c, with_accounts, root) for c in commands})
     (out / "sweeps.txt").write_text(
         "# the sweep command lines that produced this study's runs, as each run recorded it\n"
         + ("\n".join(lines) if lines else "# (not recorded: runs made before scalestudy recorded their command)") + "\n",
@@ -320,7 +220,7 @@ def _software(runs, with_accounts: bool, root: str | None = None) -> dict[str, A
         return seen
 
     return {"git_commit": distinct("git_commit"), "git_dirty": distinct("git_dirty"),
-            "orchestrator": [_shareable_environment(e, with_accounts, root) for e in distinct("environment")],
+            "orchestrator": [shareable_environment(e, with_accounts, root) for e in distinct("environment")],
             "ranks": distinct("versions"),
             "data_path_used": distinct("data_path_used")}
 
@@ -330,7 +230,7 @@ def _machine(engine: Engine, runs, hosts: dict[str, str] | None = None) -> dict[
     for column in ("site", "hosts", "host_cpus", "gpu_model", "gpus", "nccl_network", "nccl_plugin", "host_load"):
         if column in runs:
             out[column] = sorted({str(v) for v in runs[column].dropna()})
-    if hosts and "hosts" in out:   # by role (``_places``), as the database has them
+    if hosts and "hosts" in out:   # by role (``places``), as the database has them
         out["hosts"] = sorted({",".join(hosts.get(h.strip(), "node?") for h in v.split(",")) for v in out["hosts"]})
     from results_db.analysis.network import fit_network, measurements
 

@@ -6,7 +6,6 @@ and "slower" for one deliberately slowed; bad input one line, exit 2, nothing wr
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from sqlalchemy import func, select
@@ -16,7 +15,7 @@ from results_db.store import query
 from results_db.store.schema import Eval, Run, Step
 from results_db.store.study_copy import run_tables
 
-from conftest import REPO, scalestudy
+from conftest import scalestudy
 
 # a command workload whose rate is 100 (x 0.7 when a marker file for its node count exists), with
 # 1 % noise: the re-run can be slowed for one configuration without changing any configuration
@@ -229,13 +228,13 @@ def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
 def test_a_recorded_command_leaves_accounts_out_however_they_were_written():
     """``account=``, ``+account=`` and a quoted value with a space: none survives in what an artifact
     writes, unless the packer asked for accounts; every other word is kept as recorded."""
-    from results_db.publish.artifact import _shareable_command
+    from results_db.publish.scrub import shareable_command
 
     for given in ("scalestudy sweep nodes=1 account=secret_project", "scalestudy sweep nodes=1 +account=secret_project",
                   "scalestudy sweep nodes=1 'account=secret project'"):
-        shared = _shareable_command(given, with_accounts=False)
+        shared = shareable_command(given, with_accounts=False)
         assert "secret" not in shared and "account=<left out>" in shared and shared.startswith("scalestudy sweep nodes=1 ")
-        assert _shareable_command(given, with_accounts=True) == given
+        assert shareable_command(given, with_accounts=True) == given
 
 
 @pytest.mark.mpi
@@ -265,12 +264,13 @@ def test_a_shallow_root_is_never_replaced_and_an_unsafe_tarball_is_refused(tmp_p
 
     import pandas as pd
 
-    from results_db.publish.artifact import ArtifactError, _places, unpack_archive
+    from results_db.publish.artifact import ArtifactError, unpack_archive
+    from results_db.publish.scrub import places
 
     runs = pd.DataFrame({"run_dir": ["/home/a/mr/0", "/scratch/b/mr/1"], "hosts": ["nid1,nid2", "nid2"]})
-    root, hosts = _places(runs)
+    root, hosts = places(runs)
     assert root is None and hosts == {"nid1": "node0", "nid2": "node1"}
-    assert _places(pd.DataFrame({"run_dir": ["/home/a/mr/s/0", "/home/a/mr/s/1"]}))[0] == "/home/a/mr/s"
+    assert places(pd.DataFrame({"run_dir": ["/home/a/mr/s/0", "/home/a/mr/s/1"]}))[0] == "/home/a/mr/s"
     bad = tmp_path / "bad.tar.gz"
     with tarfile.open(bad, "w:gz") as fh:
         data = b"x"
