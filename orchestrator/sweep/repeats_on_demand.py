@@ -135,7 +135,7 @@ def follow_up_jobs(decisions: Sequence[Decision], first_stage: int) -> list[list
 
 def summary(rule: RepeatRule, decisions: Sequence[Decision]) -> str:
     """One line after the first stage: what the rule decided."""
-    from results_db.stats.sequential import half_width
+    from results_db.stats.sequential import BEYOND_PROMISE, PROMISE_UP_TO, half_width
 
     more = [d for d in decisions if d.total > rule.first_stage and not d.reason]
     enough = [d for d in decisions if d.total == rule.first_stage and not d.reason]
@@ -146,6 +146,10 @@ def summary(rule: RepeatRule, decisions: Sequence[Decision]) -> str:
              f"{len(enough)} reached ±{100 * rule.until:g} % with the first {rule.first_stage}"]
     if capped:
         parts.append(f"{len(capped)} stop at repeats.most={rule.most} short of ±{100 * rule.until:g} %")
+    beyond = [d for d in more if d not in capped and d.total > PROMISE_UP_TO]
+    if beyond:
+        parts.append(f"{len(beyond)} need over {PROMISE_UP_TO} repeats, where the printed interval meets "
+                     f"±{100 * rule.until:g} % in {BEYOND_PROMISE} of configurations, not 95 % (docs/how-to/compare.md)")
     skipped = [d for d in decisions if d.reason]
     if skipped:
         parts.append(f"{len(skipped)} get none: {skipped[0].reason}")

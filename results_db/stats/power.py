@@ -24,7 +24,7 @@ import math
 import numpy as np
 from scipy import special   # the distributions' functions; scipy.stats and .optimize cost 0.5 s to import
 
-from .confidence import ALPHA, MIN_REPEATS, UNEQUAL_DF_PENALTY
+from .confidence import ALPHA, MIN_REPEATS, unequal_df
 
 POWER = 0.80
 _GRID = 96   # quantiles of each side's variance: the quadrature's points (96 x 96)
@@ -48,8 +48,7 @@ def _critical(n_a: int, n_b: int, share_a: float, alpha: float) -> np.ndarray:
         df = (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
     df = np.where(np.isfinite(df), df, n_a + n_b - 2)   # one side without noise: the other's
     # the test as it is run: at unequal repeats its degrees of freedom are lowered (``confidence``)
-    unequal = 1 - min(n_a, n_b) / max(n_a, n_b)
-    df = np.maximum(df - UNEQUAL_DF_PENALTY * unequal, 1.0)
+    df = unequal_df(df, va, vb, n_a - 1, n_b - 1)
     return (special.stdtrit(df, 1 - alpha / 2) * np.sqrt(va + vb)).ravel()
 
 

@@ -94,13 +94,14 @@ def _unequal(rng, case, kind: str, truth: float, trials: int):
 def test_the_ratio_interval_keeps_its_promise_at_unequal_repeats_and_noise(kind, case):
     """3 against 5, 10, 20 repeats (and 5 against 10, 20), either side up to 3x noisier: with no
     true change a false verdict at most 5 % of the time, so the interval covers at least 95 %, and
-    at most 98.5 % (cautious where the 3-repeat side is the noisier one: measured up to 98.1 %)."""
+    at most 97 % under normal noise (measured 95.0-96.6 %), 98 % under Student-t(3) (96.0-97.6 %:
+    Welch's own at 3 against 3 equal repeats is 97.6 % there, the t-interval's caution, not the rule's)."""
     rng = np.random.default_rng(sum(case) * 97 + 13 * case[0] + len(kind))
     x, y = _unequal(rng, case, kind, 1.2, UNEQUAL_TRIALS)
     r = confidence.log_ratio_test(x, y)
     mc = 2 * np.sqrt(0.05 * 0.95 / UNEQUAL_TRIALS) - 2 * np.sqrt(0.05 * 0.95 / 20_000)   # the fast lane's extra
     coverage = covered(r["low"], r["high"], 1.2)
-    assert 0.947 - mc <= coverage <= 0.985 + mc, coverage
+    assert 0.947 - mc <= coverage <= (0.97 if kind == "normal" else 0.98) + mc, coverage
     x, y = _unequal(rng, case, kind, 1.0, UNEQUAL_TRIALS)
     false = float(np.mean(confidence.log_ratio_test(x, y)["p"] < confidence.ALPHA))
     assert false <= 0.053 + mc, false
@@ -114,6 +115,20 @@ def test_welchs_own_degrees_of_freedom_give_false_verdicts_at_unequal_repeats(ca
     rng = np.random.default_rng(61)
     x, y = _unequal(rng, case, "normal", 1.0, 20_000)
     assert float(np.mean(confidence.log_ratio_test(x, y)["p"] < confidence.ALPHA)) > 0.06
+
+
+def test_a_flat_penalty_is_too_cautious_where_the_small_side_is_the_noisy_one(monkeypatch):
+    """The upper control: the rule before this one, Welch's df less a flat 3.5 x (1 - n_small /
+    n_large) down to 1, whatever the sides' shares of the variance. At 20 quiet repeats against 3
+    noisy ones Welch's df is already about 2 and the flat rule drives it to 1: it covers ~98 %, over
+    the 97 % the rule above keeps under normal noise."""
+    def flat(welch, va, vb, dfa, dfb):
+        return np.maximum(welch - 3.5 * (1 - (min(dfa, dfb) + 1) / (max(dfa, dfb) + 1)), 1.0)
+    monkeypatch.setattr(confidence, "unequal_df", flat)
+    rng = np.random.default_rng(62)
+    x, y = _unequal(rng, (20, 3, 1, 3), "normal", 1.2, 20_000)
+    r = confidence.log_ratio_test(x, y)
+    assert covered(r["low"], r["high"], 1.2) > 0.972
 
 
 def test_two_repeats_get_no_interval_and_the_percentile_bootstrap_fails_at_three():
