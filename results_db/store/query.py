@@ -15,7 +15,7 @@ from sqlalchemy import Engine, select
 from . import run_rows
 from .columns import JSON_FIELDS, RUN_COLUMNS, QueryError, check_column  # noqa: F401 - re-exported
 from .run_rows import ATTEMPTS, check_study, plain_ids, recent_run_ids  # noqa: F401 - re-exported
-from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat, Study
+from .schema import Eval, Event, RankSummary, Round, Run, Step, StepStat
 from .where import JsonFilter, parse_where  # noqa: F401 - re-exported
 
 

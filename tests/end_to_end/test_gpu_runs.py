@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.pools.preview import preview_launch_prefix
-from orchestrator.site.config import load_site
+from orchestrator.site.config import SiteConfig, load_site
 from orchestrator.site.launchers import launch_flags
 from orchestrator.sweep.runspec import build_run_spec
 from workloads.placement import bind_gpu, gpu_of

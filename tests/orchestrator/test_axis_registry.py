@@ -143,7 +143,7 @@ def test_runs_differing_only_in_one_field_are_two_configurations(db_url, tmp_pat
     _runs_differing_in(engine, changes, [100.0, 110.0, 200.0, 220.0])
     axis = "params.hidden" if field == "params" else field
     frame = compare.compare(engine, "algorithm=sync", study="reg")
-    assert sorted(frame[f"throughput_mean"]) == [105.0, 210.0] and list(frame["repeats"]) == [2, 2]
+    assert sorted(frame["throughput_mean"]) == [105.0, 210.0] and list(frame["repeats"]) == [2, 2]
     assert axis in frame.columns
     grouped = compare.aggregate(engine, [axis], {"throughput": ["mean", "count"]}, study="reg")
     assert sorted(grouped["throughput_mean"]) == [105.0, 210.0]

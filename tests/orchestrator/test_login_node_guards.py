@@ -3,9 +3,7 @@ values that match as a whole, and a database URL that never reaches a rank or a 
 
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.site.checks import check_command, check_flags, check_name, check_walltime
 from orchestrator.sweep.runspec import build_run_spec
 
-from conftest import REPO, scalestudy
+from conftest import scalestudy
 
 
 @pytest.mark.parametrize("check, value", [(check_name, "debug\n"), (check_walltime, "01:00:00\n")])

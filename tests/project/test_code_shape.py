@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from pathlib import Path
 
 from conftest import REPO
 

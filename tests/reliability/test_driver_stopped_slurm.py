@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.store.schema import Run
 
-from conftest import REPO, env_with_bin, scalestudy, sigint_default
+from conftest import env_with_bin, scalestudy, sigint_default
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slurm]
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from results_db import connect
 from results_db.store.schema import Run
 
-from conftest import REPO, scalestudy
+from conftest import scalestudy
 
 pytestmark = pytest.mark.mpi
 

@@ -17,7 +17,6 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from results_db import connect
-from results_db.analysis import compare
 from results_db.store import run_rows
 from results_db.store.run_rows import AggregateError, Rows, group_rows
 from results_db.store.runs import PlannedRun, register_runs
