@@ -179,7 +179,7 @@ def main() -> int:
         print("no held-out run of an algorithm both fitted")
         return 1
 
-    print(f"\nper condition: error = predicted / measured throughput - 1, median (min..max) over repetitions")
+    print("\nper condition: error = predicted / measured throughput - 1, median (min..max) over repetitions")
     print(f"{'condition':24s} {'algorithm':15s} {'ranks':>5} {'reps':>4} {'measured samples/s':>22} "
           f"{'ours':>24} {'Extra-P':>24} {'behind':>7}")
     groups: dict[tuple, list[dict]] = {}

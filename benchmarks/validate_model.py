@@ -252,7 +252,7 @@ def part_two(engine, ids, args) -> None:
     fit1 = latest_model_fit(engine, "validate-profile")
     net = load_site("local").network
     network = Network(net.latency_seconds, net.node_bandwidth_bytes, net.source)
-    print(f"\n1-rank fit: " + "; ".join(f"{n}: " + ", ".join(f"{k}={v:.4g}" for k, v in t["params"].items())
+    print("\n1-rank fit: " + "; ".join(f"{n}: " + ", ".join(f"{k}={v:.4g}" for k, v in t["params"].items())
                                       for n, t in fit1["terms"].items()))
     compare(engine, fit1, {"validate-real2": ids("validate-real2")}, args.warmup, network,
             label="2. fit on real 1-rank runs (validate-profile), network of site local, predict real 2 ranks")

@@ -18,7 +18,6 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from mpi4py import MPI
 from torch import nn
