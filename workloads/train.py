@@ -30,6 +30,7 @@ from .energy import start_host_energy
 from .evaluation import ShardedEvaluation, evaluate
 from .imbalance import DelayInjector
 from .cpu_grant import cpu_record
+from .hardware import host_hardware
 from .flops import FlopCount, count_training_flops, mfu, rank_peak, total_peak
 from .metrics import MetricsWriter, write_result
 from .failure import SetupError
@@ -85,7 +86,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     clock = AlignedClock(estimate_offset_to_root(comm))
     writer = MetricsWriter(run_dir, rank)
     gpu = gpu_facts(device)
-    versions = library_versions()
+    versions = {**library_versions(), "host": host_hardware()}   # what the artifact's hardware says
     if gpu is not None:
         versions.update({k: gpu[k] for k in ("cuda", "nccl", "driver")})
     placement = {"host": socket.gethostname(), "threads": torch.get_num_threads(), **cpu_record(), "gpu": gpu}

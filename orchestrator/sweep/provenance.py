@@ -39,6 +39,22 @@ def git_state() -> tuple[str | None, bool | None]:
         return None, None
 
 
+@functools.lru_cache(maxsize=1)
+def git_remote() -> str | None:
+    """Where the checkout came from (``origin``'s URL, any credentials in it left out): an
+    artifact's README tells its reader where to get the software."""
+    try:
+        url = subprocess.run(["git", "remote", "get-url", "origin"], cwd=PROJECT, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = url.stdout.strip()
+    if url.returncode != 0 or not text:
+        return None
+    scheme, sep, rest = text.partition("://")
+    return f"{scheme}{sep}{rest.split('@', 1)[-1]}" if sep else text
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -77,6 +93,7 @@ def environment() -> dict[str, Any]:
     every rank shares (a figure of such runs says when ranks outnumber them)."""
     return {
         "login_host": socket.gethostname(),
+        "repository": git_remote(),
         "command": sweep_command(),
         "cpus": _cpus(),
         "python": platform.python_version(),

@@ -37,6 +37,12 @@ def _versions(runs: pd.DataFrame) -> set[str]:
     return out
 
 
+def _cpu_models(runs: pd.DataFrame) -> set[str]:
+    """The hosts' CPU models, as the ranks read them (``workloads.hardware``)."""
+    return {str(v["host"]["cpu_model"]) for v in runs.get("versions", pd.Series(dtype=object))
+            if isinstance(v, dict) and isinstance(v.get("host"), dict) and v["host"].get("cpu_model")}
+
+
 def reasons(a: pd.DataFrame, b: pd.DataFrame) -> str:
     """What differs between the two sides' runs (of one configuration, or of the whole studies)."""
     out = []
@@ -45,6 +51,9 @@ def reasons(a: pd.DataFrame, b: pd.DataFrame) -> str:
             va, vb = {str(x) for x in a[column].dropna()}, {str(x) for x in b[column].dropna()}
             if va and vb and va != vb:
                 out.append(f"{words}: {'/'.join(sorted(va))} then {'/'.join(sorted(vb))}")
+    ca, cb = _cpu_models(a), _cpu_models(b)
+    if ca and cb and ca != cb:
+        out.append(f"CPU: {'/'.join(sorted(ca))} then {'/'.join(sorted(cb))}")
     va, vb = _versions(a), _versions(b)
     if va and vb and va != vb:
         out.append(f"software: {' / '.join(sorted(va))} then {' / '.join(sorted(vb))}")

@@ -6,25 +6,33 @@
   evaluations, rounds, timelines, summaries, model fits: ``study_copy``), with the runs' event
   files in ``results.db.events/``: every reading command opens it as any database
   (``--db sqlite:///FOLDER/results.db``);
-- ``conf/study/run_<id>.yaml``: each run's composed configuration, as its sweep resolved it, which
+- ``conf/study/run_<id>.yaml``: each run's composed configuration, as it ran (a value the run
+  resolved, ``device: auto`` that ran on ``cpu``, as it resolved it, and said so), which
   ``scalestudy artifact rerun`` sweeps again (``study=glob(run_*)``), and ``sweeps.txt``, the sweep
   command lines that produced them (as each run recorded it, database URLs' passwords masked);
 - ``site/<site>.yaml``: the site files, as installed now (their digest beside the one recorded at
   the sweep, where it was: a site file changed since is said so);
 - ``software.json`` (versions, git commit and dirty state, MPI library, the site's modules) and
-  ``machine.json`` (hosts, CPUs, GPUs, binding, NCCL's network, the site's network as measured);
+  ``machine.json`` (the hosts' hardware as the ranks read it: CPU model, sockets, cores, memory, OS
+  and kernel; GPUs and driver; the site's interconnect; hosts by role, binding, NCCL's network, the
+  site's network as measured);
+- ``runs/<run_id>/``: each run's own files (launch line, spec, log, per-rank metrics), capped, and
+  ``runs.csv``, ``steps.csv``: flat tables (``run_files``);
 - ``report/``: the study's report (every figure, the configuration table, paper vs this run);
-- ``README.md``, written from the study: what was swept and measured, and the commands that
-  read it, re-run it here and on its own site;
+- ``README.md`` (``readme``), written from the study as an artifact-evaluation checklist asks:
+  getting and installing the software, the hardware, each run's cost, the results to expect with
+  their tolerance, checking and re-running;
 - ``manifest.json``: every file with its SHA-256, what reading an artifact checks first.
 
 Secrets never go in: no database URL (the runs' configs never held one: ``provenance``), account
-names only with ``with_accounts``.
+names only with ``with_accounts``, the packer's places (paths, user, hosts) only with
+``with_places`` (``scrub``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from contextlib import closing
 import json
 import shutil
 import tarfile
@@ -41,7 +49,10 @@ from results_db.store.connect import connect
 from results_db.store.schema import Run
 from results_db.store.study_copy import StudyCopyError, copy_study
 
-from .scrub import ACCOUNT_KEYS, places, scrub_places, scrub_run, shareable_command, shareable_environment
+from .readme import interconnect_of, readme
+from .run_files import pack_run_files, write_flat_tables
+from .scrub import (ACCOUNT_KEYS, places, scrub_places, scrub_run, shareable_command, shareable_environment,
+                    text_scrubber)
 
 MANIFEST = "manifest.json"
 DATABASE = "results.db"
@@ -118,15 +129,19 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
             copied = copy_study(engine, study, target, keep_ids=True, rewrite_run=scrub_run(with_accounts, root))
         except StudyCopyError as exc:
             raise ArtifactError(str(exc)) from None
+        scrub_text = (lambda text: text) if with_places else text_scrubber(root, hosts)
         if not with_places:
-            scrub_places(target, root, hosts)
+            scrub_places(target, root, hosts, scrub_text)
         # beside the artifact's database, whatever $SCALESTUDY_EVENTS_DIR says: the folder carries them
         n_files = copy_event_files(engine, target, copied.run_ids, out / (DATABASE + ".events"))
         latest = runs[runs["latest"]] if "latest" in runs else runs
         _write_configs(out, latest, with_accounts, root)
         _write_sites(out, latest)
+        interconnect = interconnect_of(sorted({str(s) for s in latest["site"].dropna()}))
         _write_json(out / "software.json", _software(latest, with_accounts, root))
-        _write_json(out / "machine.json", _machine(engine, latest, hosts))
+        _write_json(out / "machine.json", _machine(engine, latest, hosts, interconnect))
+        files = pack_run_files(latest, out, scrub_text)
+        tables = write_flat_tables(target, study, out)
         if report:
             from results_db.report.html_report import build_report
 
@@ -135,9 +150,18 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
             except Exception as exc:   # noqa: BLE001 - a study with nothing finished still packs
                 (out / "report").mkdir(exist_ok=True)
                 (out / "report" / "NOT-WRITTEN.txt").write_text(f"the report could not be written: {exc}\n")
-        (out / "README.md").write_text(_readme(study, latest, copied, n_files), encoding="utf-8")
+        (out / "README.md").write_text(readme(study, latest, copied, n_files, files, interconnect, tables),
+                                       encoding="utf-8")
     finally:
         target.dispose()
+    if not with_places:
+        # SQLite keeps a replaced value's bytes in its free pages until they are reused: rewritten
+        # whole, the file holds only what its rows say (the connection layer opens a transaction
+        # for every statement, which VACUUM refuses: the standard library's own connection)
+        import sqlite3
+
+        with closing(sqlite3.connect(out / DATABASE, isolation_level=None)) as raw:
+            raw.execute("VACUUM")
     _write_manifest(out, study, len(runs))
     return n_files
 
@@ -168,25 +192,35 @@ def copy_event_files(source: Engine, target: Engine, run_ids: dict[int, int], fo
     return len(names)
 
 
-def _config_of(row, with_accounts: bool) -> dict[str, Any]:
+def _config_of(row, with_accounts: bool) -> tuple[dict[str, Any], list[str]]:
+    """The run's configuration as it ran: a value the run resolved (``device: auto`` that ran on
+    ``cpu``) as its spec recorded it, and the list of what was so resolved."""
     config = dict(row["config"]) if isinstance(row.get("config"), dict) else {}
+    resolved = []   # the run's columns are its spec's fields, as it ran
+    for key, value in list(config.items()):
+        ran = row.get(key)
+        if key in row and ran == ran and ran != value and isinstance(ran, (str, int, float, bool)) and \
+                isinstance(value, (str, int, float, bool)) and key not in ACCOUNT_KEYS:
+            config[key] = ran
+            resolved.append(f"{key} {value} -> {ran}")
     if not with_accounts:
         for key in ACCOUNT_KEYS:
             config[key] = None
     for key in ("rerun", "dry_run", "db_url"):
         config.pop(key, None)
-    return config
+    return config, resolved
 
 
 def _write_configs(out: Path, runs, with_accounts: bool, root: str | None = None) -> None:
     folder = out / "conf" / "study"
     folder.mkdir(parents=True)
     for row in runs.to_dict("records"):
-        config = _config_of(row, with_accounts)
+        config, resolved = _config_of(row, with_accounts)
         if not config:
             continue
         text = ("# @package _global_\n"
-                f"# run {row['run_id']} of study {row['study']} (run_key {row['run_key']}), as its sweep resolved it\n"
+                f"# run {row['run_id']} of study {row['study']} (run_key {row['run_key']}), as it ran\n"
+                + (f"# resolved at the run: {', '.join(resolved)}\n" if resolved else "")
                 + yaml.safe_dump(config, sort_keys=False))
         (folder / f"run_{int(row['run_id'])}.yaml").write_text(text, encoding="utf-8")
     commands = sorted({(r.get("environment") or {}).get("command") for r in runs.to_dict("records")} - {None})
@@ -225,8 +259,16 @@ def _software(runs, with_accounts: bool, root: str | None = None) -> dict[str, A
             "data_path_used": distinct("data_path_used")}
 
 
-def _machine(engine: Engine, runs, hosts: dict[str, str] | None = None) -> dict[str, Any]:
+def _machine(engine: Engine, runs, hosts: dict[str, str] | None = None,
+             interconnect: dict[str, str] | None = None) -> dict[str, Any]:
+    from workloads.hardware import describe
+
     out: dict[str, Any] = {}
+    versions = [v for v in runs.get("versions", []) if isinstance(v, dict)]
+    hardware = [v["host"] for v in versions if isinstance(v.get("host"), dict)]
+    out["hardware"] = [dict(h, described=describe(h)) for i, h in enumerate(hardware) if h not in hardware[:i]]
+    out["gpu_driver"] = sorted({str(v["driver"]) for v in versions if v.get("driver")})
+    out["interconnect"] = interconnect or {}
     for column in ("site", "hosts", "host_cpus", "gpu_model", "gpus", "nccl_network", "nccl_plugin", "host_load"):
         if column in runs:
             out[column] = sorted({str(v) for v in runs[column].dropna()})
@@ -248,56 +290,6 @@ def _machine(engine: Engine, runs, hosts: dict[str, str] | None = None) -> dict[
 
 def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, default=str, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _readme(study: str, runs, copied, n_files: int) -> str:
-    from results_db.analysis.configuration import config_axes, hashable
-
-    sites = sorted({str(s) for s in runs["site"].dropna()})
-    states = runs["status"].value_counts().to_dict()
-    plain = hashable(query.expand_json(runs, "params") if "params" in runs else runs)
-    axes = [a for a in config_axes(plain) if a in plain and plain[a].nunique(dropna=False) > 1]
-    runs = plain
-    swept = "\n".join(f"- `{a}`: {', '.join(str(v) for v in sorted(runs[a].dropna().unique(), key=str))}"
-                      for a in axes if a in runs) or "- (one configuration)"
-    measured = [c for c in ("throughput", "rounds_per_second", "gradients_per_second", "train_seconds",
-                            "final_top1", "final_loss", "energy_joules", "mfu") if c in runs and runs[c].notna().any()]
-    site_arg = f" site={sites[0]}" if sites else ""
-    # an account only where the runs were charged to one (a local site's were not)
-    charged = "config" in runs and any(isinstance(c, dict) and c.get("account") for c in runs["config"])
-    account_arg = " account=YOUR_PROJECT" if charged else ""
-    return f"""# Artifact of study `{study}`
-
-Written by `scalestudy artifact pack` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.
-
-## What it holds
-
-- `results.db` (SQLite): the study's {copied.rows.get('runs', 0)} runs (every attempt; {', '.join(f'{n} {s}' for s, n in states.items())}),
-  their steps, evaluations, rounds and timelines ({n_files} event file(s) in `results.db.events/`), and model fits ({copied.fits}).
-- `conf/study/run_<id>.yaml`: each run's configuration as its sweep resolved it; `sweeps.txt`: the sweep commands.
-- `site/`: the site file(s) ({', '.join(sites) or 'none'}); `software.json`, `machine.json`: what ran it, and on what.
-- `report/index.html`: the study's report, every figure redrawn from `results.db`.
-
-## What was swept
-
-{swept}
-
-Measured: {', '.join(measured) or 'nothing finished'}.
-
-## Reading it
-
-    scalestudy status --db sqlite:///$PWD/results.db
-    scalestudy query --study {study} --db sqlite:///$PWD/results.db
-    scalestudy compare --study {study} --db sqlite:///$PWD/results.db
-
-(`SCALESTUDY_EVENTS_DIR`, if set, must be unset or point at `results.db.events/` to read the timelines.)
-
-## Re-running it
-
-Here (the same site): `scalestudy artifact rerun .` ; on the original site: `scalestudy artifact rerun .{site_arg}{account_arg}`;
-on another: `scalestudy artifact rerun . site=OTHER`. The runs go into a new study of your database, and are compared with
-these, configuration by configuration: reproduced, faster, slower, inconclusive, or not comparable, with the reasons.
-"""
 
 
 def _write_manifest(out: Path, study: str, runs: int) -> None:

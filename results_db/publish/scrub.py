@@ -5,6 +5,7 @@ what these functions leave."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from pathlib import Path
@@ -65,8 +66,10 @@ def shareable_environment(environment, with_accounts: bool, root: str | None = N
     env = dict(environment)
     if env.get("command"):
         env["command"] = shareable_command(env["command"], with_accounts, root)
-    if root and env.get("host"):
-        env["host"] = "driver"
+    if root:   # the driver's host by its role, as the database's ``driver`` column
+        for key in ("host", "login_host"):
+            if env.get(key):
+                env[key] = "driver"
     return env
 
 
@@ -94,15 +97,31 @@ def places(runs) -> tuple[str | None, dict[str, str]]:
     return root, hosts
 
 
-def scrub_places(target: Engine, root: str | None, hosts: dict[str, str]) -> None:
+# what a run records of where it ran, beside its own columns: scrubbed as text (``text_scrubber``).
+# Not its spec and config: a path they name (a script, a data set) is what a re-run needs.
+RECORDED = ("versions", "binding", "metrics", "error", "output_tail", "energy_note", "peak_source")
+
+
+def _scrubbed(value, scrub_text):
+    if value is None or scrub_text is None:
+        return value
+    if isinstance(value, str):
+        return scrub_text(value)
+    return json.loads(scrub_text(json.dumps(value)))
+
+
+def scrub_places(target: Engine, root: str | None, hosts: dict[str, str], scrub_text=None) -> None:
     """In the artifact's database: run folders relative to the study's root, the driver by its role,
-    hosts by role (``places``), in the runs and the per-rank summaries."""
+    hosts by role (``places``), in the runs and the per-rank summaries; what the runs recorded of
+    their places (``RECORDED``, the summaries) through ``scrub_text``."""
     from results_db.store.schema import RankSummary
 
     with target.begin() as conn:
-        for run_id, run_dir, driver, run_hosts, environment in conn.execute(
-                select(Run.id, Run.run_dir, Run.driver, Run.hosts, Run.environment)).all():
+        for run_id, run_dir, driver, run_hosts, environment, *recorded in conn.execute(
+                select(Run.id, Run.run_dir, Run.driver, Run.hosts, Run.environment,
+                       *(getattr(Run, c) for c in RECORDED))).all():
             values: dict[str, Any] = {"driver": "driver" if driver else driver}
+            values.update({c: _scrubbed(v, scrub_text) for c, v in zip(RECORDED, recorded)})
             if run_dir and root:
                 values["run_dir"] = os.path.relpath(run_dir, root)
             if run_hosts:
@@ -112,3 +131,52 @@ def scrub_places(target: Engine, root: str | None, hosts: dict[str, str]) -> Non
             conn.execute(update(Run).where(Run.id == run_id).values(**values))
         for host, role in hosts.items():
             conn.execute(update(RankSummary).where(RankSummary.host == host).values(host=role))
+        if scrub_text is not None:
+            for ident, summary in conn.execute(select(RankSummary.id, RankSummary.summary)).all():
+                conn.execute(update(RankSummary).where(RankSummary.id == ident)
+                             .values(summary=_scrubbed(summary, scrub_text)))
+
+
+def _install_places() -> list[tuple[str, str]]:
+    """Where scalestudy and its Python are installed (on a site: the user's home or a project's
+    file system), by what they are."""
+    import sys
+
+    from orchestrator.sweep.provenance import PROJECT
+
+    return [(str(PROJECT), "<scalestudy>"), (sys.prefix, "<python-env>"), (sys.base_prefix, "<python>")]
+
+
+def text_scrubber(root: str | None, hosts: dict[str, str]):
+    """A function that takes the user's places out of a packed text file (a run's launch line, log,
+    per-rank records): the runs' root, scalestudy's and Python's installation, the home folder,
+    the user's name as a path component, and each host by its role (``places``; the host the
+    packer runs on, where no run names it, as "driver")."""
+    import getpass
+    import re
+    import socket
+
+    pairs = [(root, RUNS_ROOT)] if root else []
+    pairs += _install_places()
+    home = os.path.expanduser("~")
+    pairs.append((home, "~"))
+    pairs = sorted({(a, b) for a, b in pairs if a and len(Path(a).parts) >= 2}, key=lambda p: -len(p[0]))
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None
+    names = dict(hosts)
+    names.setdefault(socket.gethostname(), "driver")
+    host_re = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(h) for h in sorted(names, key=len, reverse=True)
+                                                       if h) + r")(?![\w-])") if names else None
+    user_re = re.compile(r"(?<=/)" + re.escape(user) + r"(?=/|\b)") if user else None
+
+    def scrub_text(text: str) -> str:
+        for place, shown in pairs:
+            text = text.replace(place, shown)
+        if user_re is not None:
+            text = user_re.sub("<user>", text)
+        if host_re is not None:
+            text = host_re.sub(lambda m: names[m.group(1)], text)
+        return text
+    return scrub_text

@@ -18,19 +18,25 @@ from results_db.store.study_copy import run_tables
 from conftest import scalestudy
 
 # a command workload whose rate is 100 (x 0.7 when a marker file for its node count exists), with
-# 1 % noise: the re-run can be slowed for one configuration without changing any configuration
+# 1 % noise: the re-run can be slowed for one configuration without changing any configuration.
+# The marker's path comes from the environment: the configuration names no folder of the test's
 PROGRAM = ("import json, os, random; s = json.load(open('spec.json')); "
-           "slow = os.path.exists('{marker}-%d' % s['nodes']); "
+           "slow = os.path.exists(os.environ.get('ART_MARKER', '/nonexistent') + '-%d' % s['nodes']); "
            "print('rate: %.4f' % (100 * (0.7 if slow else 1.0) * (1 + 0.01 * random.gauss(0, 1))))")
+
+
+def _marker_env(tmp_path) -> dict[str, str]:
+    return {"ART_MARKER": str(tmp_path / "slow")}
 
 
 def _sweep(tmp_path, study: str, *extra: str, site: str = "local"):
     marker = tmp_path / "slow"
     proc = scalestudy("sweep", f"study_name={study}", f"site={site}", "nodes=1,2", "workers_per_node=1",
                       "repeat=0,1,2", "workload.kind=command",
-                      f"workload.command=[python3,-c,\"{PROGRAM.format(marker=marker)}\"]",
+                      f"workload.command=[python3,-c,\"{PROGRAM}\"]",
                       "+workload.metrics.throughput.pattern='rate: ([0-9.]+)'", *extra,
-                      f"hydra.sweep.dir={tmp_path / 'mr' / study}", cwd=tmp_path, timeout=900)
+                      f"hydra.sweep.dir={tmp_path / 'mr' / study}", cwd=tmp_path, timeout=900,
+                      env=_marker_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return marker
 
@@ -158,8 +164,7 @@ def test_no_packed_file_names_the_working_folder_or_a_host(packed, tmp_path):
         return sorted(str(f.relative_to(folder)) for f in folder.rglob("*")
                       if f.is_file() and needle.encode() in f.read_bytes())
 
-    # the folder the runs ran in (the sweeps' hydra.sweep.dir): the workload's own command may name
-    # a file of the user's (here its marker beside it), which a re-run needs and is left as written
+    # the folder the runs ran in (the sweeps' hydra.sweep.dir)
     working = str(packed / "mr")
     assert leaks(packed / "art", working) == []
     engine = connect(f"sqlite:///{packed / 'art' / 'results.db'}", upgrade=False)
@@ -198,21 +203,60 @@ def test_an_import_keeps_every_run_and_refuses_a_clash(packed, tmp_path, db_url,
     assert len(query.runs(team, study="orig", attempts="all")) == len(mine)   # nothing written
 
 
+def places_in(folder, working) -> dict[str, list[str]]:
+    """Which packed files name the user's places: the working folder, the home folder, the user's
+    name as a path component, this host's name as a word (text files as text; the database as the
+    text of its rows, ``iterdump``; a figure's compressed bytes can hold any two letters)."""
+    import getpass
+    import os
+    import re
+    import socket
+    import sqlite3
+
+    needles = {"working folder": re.compile(re.escape(str(working))),
+               "home": re.compile(re.escape(os.path.expanduser("~").rstrip("/")) + "/"),
+               "user": re.compile("/" + re.escape(getpass.getuser()) + r"(/|\b)"),
+               "host": re.compile(r"(?<![\w.-])" + re.escape(socket.gethostname()) + r"(?![\w-])")}
+    found: dict[str, list[str]] = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if path.suffix in (".png", ".gz") or path.name == "manifest.json":
+            continue
+        if path.suffix == ".db":
+            with sqlite3.connect(path) as conn:
+                text = "\n".join(conn.iterdump())
+            conn.close()
+        else:
+            text = path.read_text(errors="replace")
+        for what, pattern in needles.items():
+            if pattern.search(text):
+                found.setdefault(what, []).append(str(path.relative_to(folder)))
+    return found
+
+
 @pytest.mark.mpi
 @pytest.mark.slurm
 def test_a_slurm_study_packed_moved_and_rerun_says_what_reproduced(tmp_path):
     """The issue's end-to-end case on the local Slurm cluster: packed, moved, re-run from the moved
     folder; the 1-node configuration unchanged reads "reproduced", the 2-node one, slowed to 0.7 of
-    its rate by a marker file its program reads (its configuration unchanged), "slower"."""
+    its rate by a marker file its program reads (its configuration unchanged), "slower". Packed,
+    no file of it names the user's working folder, home, user name or host (``places_in``); the
+    control, packed ``--with-places``, names them."""
     marker = _sweep(tmp_path, "slurm_orig", site="local_slurm")
     pack = scalestudy("artifact", "pack", "--study", "slurm_orig", "--out", str(tmp_path / "a1"), "--no-report",
                       cwd=tmp_path)
     assert pack.returncode == 0, pack.stderr[-2000:]
+    assert places_in(tmp_path / "a1", tmp_path) == {}
+    assert len(list((tmp_path / "a1" / "runs").glob("*/command.txt"))) == 6   # the launch lines, packed
+    kept = scalestudy("artifact", "pack", "--study", "slurm_orig", "--out", str(tmp_path / "kept"), "--no-report",
+                      "--with-places", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr[-2000:]
+    found = places_in(tmp_path / "kept", tmp_path)
+    assert {"working folder", "host"} <= set(found), found
     moved = tmp_path / "elsewhere" / "artifact"
     shutil.move(str(tmp_path / "a1"), moved)
     marker.with_name(marker.name + "-2").touch()   # the 2-node runs of the re-run are slowed
     proc = scalestudy("artifact", "rerun", str(moved), "--study-name", "slurm_again", "--tolerance", "0.1",
-                      cwd=tmp_path, timeout=900)
+                      cwd=tmp_path, timeout=900, env=_marker_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     import pandas as pd
 
@@ -280,3 +324,63 @@ def test_a_shallow_root_is_never_replaced_and_an_unsafe_tarball_is_refused(tmp_p
     with pytest.raises(ArtifactError, match="not a plain file or folder inside"):
         unpack_archive(bad)
     assert not (tmp_path.parent / "evil").exists()
+
+
+@pytest.mark.sweep
+def test_the_artifact_answers_an_evaluation_checklist(packed):
+    """Issue 62, point by point as SC's and PPoPP's artifact appendices ask: how to get and install
+    the software (commit, the install and check commands), the hardware as the ranks read it, each
+    configuration's cost and expected result with its tolerance, how to check and re-run; the launch
+    lines, per-rank metrics and logs with their cap said; flat CSVs of runs and steps whose numbers
+    are the database's; configurations as they ran (``device: auto`` that ran on ``cpu``)."""
+    import json
+
+    import pandas as pd
+
+    from results_db.publish.run_files import FILE_CAP
+    from workloads.hardware import host_hardware
+
+    art = packed / "art"
+    readme = (art / "README.md").read_text()
+    for said in ("## Getting and installing the software", "git checkout", "bash scripts/setup-env.sh",
+                 "scalestudy artifact check", "## Hardware, as the runs' ranks measured it", "node-hours",
+                 "mean [95 %]", "within ±10%", "rerun . --dry-run", f"cut at {FILE_CAP >> 20} MiB"):
+        assert said in readme, said
+    here = host_hardware()
+    assert here["cpu_model"] in readme and f"kernel {here['kernel']}" in readme   # the ranks' host: this one
+    machine = json.loads((art / "machine.json").read_text())
+    assert machine["hardware"][0]["cores"] == here["cores"] and machine["interconnect"]["local"]
+    runs = pd.read_csv(art / "runs.csv")
+    steps = pd.read_csv(art / "steps.csv")
+    db = connect(f"sqlite:///{art / 'results.db'}", upgrade=False)
+    assert sorted(runs["throughput"].dropna()) == sorted(query.runs(db, study="orig", attempts="all")["throughput"].dropna())
+    assert len(steps) == len(query.steps(db, list(runs["run_id"]))) > 0
+    db.dispose()
+    for run_id in runs["run_id"]:
+        assert (art / "runs" / str(run_id) / "command.txt").is_file()
+    [timeline] = [r for r in runs.to_dict("records") if r["timeline"]]
+    folder = art / "runs" / str(timeline["run_id"])
+    assert {p.name for p in (folder / "metrics").iterdir()} == {"rank-0.jsonl", "rank-1.jsonl"}
+    assert (folder / "workload.log").is_file()
+    config = (art / "conf" / "study" / f"run_{timeline['run_id']}.yaml").read_text()
+    assert "device: cpu" in config and "# resolved at the run: device auto -> cpu" in config
+
+
+def test_a_run_file_past_the_cap_is_cut_at_a_line_and_says_so(tmp_path, monkeypatch):
+    """The cap (``FILE_CAP``): a 3-line file over it keeps its whole first lines and says how many
+    bytes more the original had; a file under it is copied as it is."""
+    import pandas as pd
+
+    from results_db.publish import run_files
+
+    monkeypatch.setattr(run_files, "FILE_CAP", 25)
+    run = tmp_path / "run"
+    (run / "metrics").mkdir(parents=True)
+    (run / "workload.log").write_text("line one is long\nline two\nline three\n")
+    (run / "metrics" / "rank-0.jsonl").write_text("{}\n")
+    packed = run_files.pack_run_files(pd.DataFrame([{"run_id": 7, "run_dir": str(run)}]), tmp_path / "out",
+                                      lambda text: text)
+    log = (tmp_path / "out" / "runs" / "7" / "workload.log").read_text()
+    assert log.startswith("line one is long\nline two\n[scalestudy artifact pack: cut here")
+    assert "11 bytes more" in log and packed.cut == ["runs/7/workload.log"]
+    assert (tmp_path / "out" / "runs" / "7" / "metrics" / "rank-0.jsonl").read_text() == "{}\n"

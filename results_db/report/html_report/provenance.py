@@ -71,8 +71,13 @@ def collect(engine: Engine, study: str, db_url: str, where=None) -> Provenance:
     ver = [v if isinstance(v, dict) else {} for v in runs["versions"]]
     names = sorted({k for e in env for k in e if k not in ("login_host", "cpus")})
     prov.packages = [(name, _versions(e.get(name) for e in env), "orchestrator (login node)") for name in names]
-    for name in sorted({k for v in ver for k in v if k != "mpi_library"}):
+    for name in sorted({k for v in ver for k in v if k not in ("mpi_library", "host")}):
         prov.packages.append((name, _versions(v.get(name) for v in ver), "workload (compute nodes)"))
+    if any(isinstance(v.get("host"), dict) for v in ver):   # the host's hardware, as its first rank read it
+        from workloads.hardware import describe
+
+        prov.packages.append(("host", _versions(describe(v.get("host")) for v in ver if v.get("host")),
+                              "workload (compute nodes)"))
     prov.mpi_libraries = Counter(v["mpi_library"] for v in ver if v.get("mpi_library")).most_common()
     gpus = runs[runs["device"] == "cuda"] if "device" in runs else runs.iloc[0:0]
     if not gpus.empty:   # what GPUs, how many a run, how the gradients travelled
