@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -102,6 +101,20 @@ def fit_doubts(fit: dict[str, Any], algorithm: str) -> list[str]:
     return out
 
 
+def band_unknown(fit: dict[str, Any], algorithm: str) -> str | None:
+    """Why the fit's band cannot be read (``banded``'s words), or None where it can: with fewer
+    than ``MIN_SIZES`` sizes every resample passes its size-dependent terms through the same two
+    sizes (a spread that says nothing of the extrapolation), and without refits there is none."""
+    runs = len(fit.get("run_ids") or [])
+    ranks = {int(r) for r in (fit["workloads"][algorithm].get("ranks") or [])}
+    said = f"{runs} run{'s' if runs != 1 else ''}"
+    if len(ranks) < MIN_SIZES:
+        return f"{said} at {len(ranks)} size{'s' if len(ranks) != 1 else ''}"
+    if not fit.get("bootstrap"):
+        return f"{said}, no refits"
+    return None
+
+
 def band_digits(low: float, high: float) -> int:
     """Decimal places a value with this band supports: the band's width to two significant digits
     (negative: round to tens, hundreds, ...)."""
@@ -118,17 +131,21 @@ def two_significant(value: float) -> tuple[float, int]:
 
 
 def banded(value: float, low: float | None, high: float | None, scale: float = 1.0, unit: str = "",
-           runs: int | None = None) -> str:
+           runs: int | str | None = None) -> str:
     """``0.82 (0.61–0.95)``: a predicted value with its band, rounded to what the band supports.
     Without a band, or with one of no width (a bootstrap of 2 whole runs gives the same data back
     every time: a band it cannot have), never more than 2 significant digits, and the band said
-    unknown: ``13000 (band unknown: 2 runs)`` (``runs``: the fit's), ``(no band)`` without a count."""
+    unknown: ``13000 (band unknown: 2 runs)`` (``runs``: the fit's count, or ``band_unknown``'s
+    words), ``(no band)`` without either."""
     if value is None or not math.isfinite(value):
         return "-"
     v = value * scale
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         shown, places = two_significant(v)
-        why = f"band unknown: {runs} run{'s' if runs != 1 else ''}" if runs is not None else "no band"
+        if isinstance(runs, str):
+            why = f"band unknown: {runs}"
+        else:
+            why = f"band unknown: {runs} run{'s' if runs != 1 else ''}" if runs is not None else "no band"
         return f"{shown:.{places}f}{unit} ({why})"
     lo, hi = low * scale, high * scale
     digits = band_digits(lo, hi)

@@ -309,7 +309,7 @@ def unvalidated_on(engine, fit, site, network=None) -> str:
 
 
 def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, network, band: float) -> None:
-    from perf_model.predict import banded, fit_doubts
+    from perf_model.predict import band_unknown, banded, fit_doubts
 
     shape = fit["workloads"][algorithm]
     where = f"network of site {site.name} ({network.source})" if network else \
@@ -323,11 +323,14 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
     banded_head = f"({band:.0%} band)"
     print(f"{'nodes':>6} {'ranks':>6}  {'step ms ' + banded_head:<24} {'samples/s ' + banded_head:<28} "
           f"{'efficiency ' + banded_head:<24} {'compute':>8} {'wait':>7} {'comm':>7} {'update':>7} {'crowd':>7}")
+    unknown = band_unknown(fit, algorithm)   # a band the fit cannot have is not printed as one
+    runs = unknown or len(fit["run_ids"])
     for r in table.itertuples():
-        runs = len(fit["run_ids"])
-        print(f"{r.nodes:6d} {r.ranks:6d}  {banded(r.step_seconds, r.step_low, r.step_high, 1e3, runs=runs):<24} "
-              f"{banded(r.throughput, r.throughput_low, r.throughput_high, runs=runs):<28} "
-              f"{banded(r.efficiency, r.efficiency_low, r.efficiency_high, 100, ' %', runs=runs):<24} "
+        step, rate, eff = ((None, None),) * 3 if unknown else ((r.step_low, r.step_high), (r.throughput_low, r.throughput_high),
+                                                                (r.efficiency_low, r.efficiency_high))
+        print(f"{r.nodes:6d} {r.ranks:6d}  {banded(r.step_seconds, *step, 1e3, runs=runs):<24} "
+              f"{banded(r.throughput, *rate, runs=runs):<28} "
+              f"{banded(r.efficiency, *eff, 100, ' %', runs=runs):<24} "
               f"{r.compute_seconds * 1e3:8.1f} {r.wait_seconds * 1e3:7.1f} {r.comm_seconds * 1e3:7.2f} "
               f"{r.update_seconds * 1e3:7.2f} {r.crowding_seconds * 1e3:7.1f}")
     for name, term in fit["terms"].items():

@@ -140,7 +140,9 @@ def _plan(args, settings: dict[str, str]) -> int:
         print(f"repeats on demand: priced at {args.most} repeat(s) a node count, the most the sweep may run "
               f"(±{100 * args.until:g} % from a first stage of {args.repeats}); it runs fewer where the first stage "
               "is steady enough")
-    if not _print_sizes(args.budget, result, len(fit["run_ids"])):
+    from perf_model.predict import band_unknown
+
+    if not _print_sizes(args.budget, result, band_unknown(fit, algorithm) or len(fit["run_ids"])):
         return 2
     from ..sweep.prediction import fitted_on
 
@@ -163,7 +165,7 @@ def _plan(args, settings: dict[str, str]) -> int:
     return 0
 
 
-def _print_sizes(budget: float, result, fitted_runs: int | None = None) -> bool:
+def _print_sizes(budget: float, result, fitted_runs: int | str | None = None) -> bool:
     """Each size's price and verdict; False (with the error line) when the budget buys no run.
     Throughput and efficiency with the fit's band (``perf_model.predict.banded``: rounded to what
     the band supports), the run time and node-hours at the fit's point value."""
@@ -175,13 +177,14 @@ def _print_sizes(budget: float, result, fitted_runs: int | None = None) -> bool:
           "with retries")
     print(f"{'nodes':>6} {'ranks':>6} {'run':>9} {'walltime':>9} {'queue':>18} {'node-h at most':>14} "
           f"{'expected':>9}  {'samples/s (band)':<24} {'efficiency (band)':<22} plan")
+    unknown = isinstance(fitted_runs, str)   # the fit cannot have a band (``band_unknown``): none printed
     for s in result.sizes:
         verdict = "run" if s.chosen else (f"refused: {s.refused}" if s.refused else "over budget")
         run = duration_text(s.run_seconds).replace(" ", "")
         print(f"{s.nodes:6d} {s.ranks:6d} {run:>9} {s.walltime:>9} {s.queue or '-':>18} "
-              f"{s.max_node_hours:14.2f} {s.expected_node_hours:9.2f}  "
-              f"{banded(s.throughput, *(s.throughput_band or (None, None)), runs=fitted_runs):<24} "
-              f"{banded(s.efficiency, *(s.efficiency_band or (None, None)), 100, ' %', runs=fitted_runs):<22} {verdict}")
+              f"{s.max_node_hours:14.2f} {hours_text(s.expected_node_hours) if not s.refused else '-':>9}  "
+              f"{banded(s.throughput, *(None, None) if unknown else (s.throughput_band or (None, None)), runs=fitted_runs):<24} "
+              f"{banded(s.efficiency, *(None, None) if unknown else (s.efficiency_band or (None, None)), 100, ' %', runs=fitted_runs):<22} {verdict}")
     if not result.chosen:
         cheapest = min((s for s in result.sizes if not s.refused), key=lambda s: s.max_node_hours, default=None)
         fail(f"a budget of {budget:g} node-hours buys no run"
@@ -189,9 +192,22 @@ def _print_sizes(budget: float, result, fitted_runs: int | None = None) -> bool:
                 f"{cheapest.max_node_hours:.2f} at most" if cheapest else ": no queue takes any size"))
         return False
     print(f"chosen: {', '.join(str(s.nodes) for s in result.chosen)} node(s) x {result.repeats} repeat(s): "
-          f"{result.max_node_hours:.2f} node-hours at most, {result.expected_node_hours:.2f} expected "
+          f"{result.max_node_hours:.2f} node-hours at most, {hours_text(result.expected_node_hours)} expected "
           f"({budget - result.max_node_hours:.2f} of the budget left)")
     return True
+
+
+def hours_text(hours: float) -> str:
+    """Node-hours to 2 decimals, or to 2 significant digits below 0.01 (a short run's expected cost
+    is not 0.00)."""
+    from perf_model.predict import two_significant
+
+    if not (hours == hours) or hours <= 0:
+        return "-"
+    if hours >= 0.01:
+        return f"{hours:.2f}"
+    shown, places = two_significant(hours)
+    return f"{shown:.{places}f}"
 
 
 def _sweep_lines(study: str, site, algorithm: str, shape, wpn: int, steps: int, result,

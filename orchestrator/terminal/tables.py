@@ -186,6 +186,8 @@ def print_sweep_table(engine: Engine, run_ids: Sequence[int], title: str) -> Non
 
 def duration_text(seconds: float) -> str:
     """A duration as a person reads it: seconds, minutes or hours."""
+    if seconds < 9.5:   # a short run is not "0 s": two significant digits
+        return f"{seconds:.2g} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
