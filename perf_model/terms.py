@@ -223,3 +223,20 @@ def injected_wait_sample(p: int, k: int, delay: float, quantiles) -> float:
 
     cdf = lambda x: cdf_one(x - delay) ** k * cdf_one(x) ** (p - k)  # noqa: E731
     return _expected_from_cdf(cdf, float(q[0]), float(q[-1]) + delay)
+
+
+# each fitted parameter's unit, as ``model fit`` prints it (issue 62: ``bandwidth=6.557e+08``)
+PARAM_UNITS = {"c0": "s", "c1": "s", "alpha": "", "latency": "s", "bandwidth": "B/s", "sigma": "s", "hidden": "",
+               "q": "s", "cpus_per_host": "CPUs", "one_host": "", "by_exposure": ""}
+
+
+def param_text(name: str, value: float) -> str:
+    """``latency=12 us``, ``bandwidth=0.66 GB/s``, ``c1=0.41 ms``: a parameter with its unit, to
+    4 significant digits (``c1`` is seconds per sample per thread**alpha; ``hidden`` a fraction)."""
+    unit = PARAM_UNITS.get(name.split(":")[0].split(".")[0], None)
+    if unit == "s" and value and abs(value) < 1:
+        scaled, unit = (value * 1e6, "us") if abs(value) < 1e-3 else (value * 1e3, "ms")
+        return f"{name}={scaled:.4g} {unit}"
+    if unit == "B/s" and value and value != float("inf"):
+        return f"{name}={value / 1e9:.4g} GB/s"
+    return f"{name}={value:.4g}" + (f" {unit}" if unit else "")

@@ -20,6 +20,7 @@ from importlib import metadata
 from typing import Any, Callable
 
 from .catch_up import CATCH_UP
+from .did_you_mean import hint
 
 ALGORITHMS = ("sync", "ddp", "horovod", "eager_solo", "eager_majority", "async_ps")
 DEVICES = ("cpu", "cuda")
@@ -125,7 +126,8 @@ def import_path(kind: str, name: str) -> str:
     if name in short:
         return short[name]
     known = sorted((MODELS if kind == "model" else DATASETS)) + sorted(short)
-    raise FactoryError(f"unknown {kind}; known: {', '.join(known)}, or an import path package.module:callable")
+    raise FactoryError(f"unknown {kind}{hint(name, known)}; known: {', '.join(known)}, or an import path "
+                       "package.module:callable")
 
 
 def load_factory(kind: str, name: str) -> Callable[..., Any]:

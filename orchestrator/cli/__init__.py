@@ -14,6 +14,8 @@ import sys
 import threading
 from typing import Sequence
 
+from workloads.did_you_mean import hint
+
 from .common import db_url_from, fail
 
 USAGE = """scalestudy <command> [options]       (scalestudy --version: this release and its Parsl, Hydra)
@@ -85,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        return fail(f"unknown command {command!r}; choose from {', '.join(COMMANDS)}")
+        return fail(f"unknown command {command!r}{hint(command, COMMANDS)}; choose from {', '.join(COMMANDS)}")
     try:
         return _command(command)(rest)
     except Exception as exc:

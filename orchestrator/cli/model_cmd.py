@@ -3,6 +3,8 @@ commands (the model itself is ``perf_model``; ``scalestudy plan`` is ``plan_cmd`
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import statistics
 from pathlib import Path
 from typing import Sequence
@@ -84,40 +86,61 @@ def _iqr_ms(xs: Sequence[float]) -> str:
     return f"{q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}"
 
 
+ACTIONS = {
+    "fit": "fit the performance model to a study's runs (perf_model/terms.py holds its equations) and store it",
+    "predict": "throughput, efficiency and the step's parts at other node counts, with the fit's uncertainty "
+               "band, and a figure of measured points and the predicted curve",
+    "export": "the study's measurements (what fit is fitted on) for another modeller: --format extrap writes "
+              "Extra-P's JSON Lines input",
+}
+
+
+def _model_parser() -> OneLineParser:
+    """One subcommand a action, each with its own options: ``model fit --help`` lists fit's."""
+    parser = OneLineParser(prog="scalestudy model", description="; ".join(f"{a}: {w}" for a, w in ACTIONS.items()))
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{fit,predict,export}",
+                                    parser_class=OneLineParser)
+    sub = {a: actions.add_parser(a, help=w, description=w) for a, w in ACTIONS.items()}
+    for p in sub.values():
+        p.add_argument("--study", required=True)
+        p.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
+        add_db_option(p)
+    sub["fit"].add_argument("--replicates", type=int, default=None,
+                            help="bootstrap refits for the fit's band (default 100; 0: none)")
+    pr = sub["predict"]
+    pr.add_argument("--nodes", default=None, help="node counts, e.g. 8,16,...,1024 (default: 1,2,...,64)")
+    pr.add_argument("--ranks", default=None, help="rank counts instead of nodes (one node each)")
+    pr.add_argument("--workers-per-node", type=int, default=None, help="ranks per node (default: the study's)")
+    pr.add_argument("--site", default=None, help="take the network from this site's network: block "
+                                                 "(default: the allreduce fitted on the study's machine)")
+    pr.add_argument("--network", choices=("nominal", "measured"), default="nominal",
+                    help="with --site: the site file's network numbers (nominal), or those fitted to the site's "
+                         "study=network runs (measured; scalestudy network SITE shows both)")
+    pr.add_argument("--network-backend", choices=("mpi", "nccl", "gloo"), default="mpi",
+                    help="with --network measured: whose measurement (params.backend of study=network)")
+    pr.add_argument("--algorithm", default=None, help="which of the study's algorithms")
+    pr.add_argument("--band", type=float, default=None, help="width of the band (default 0.9)")
+    pr.add_argument("--out", default=None, help="folder for the figure and its CSV (default figures/STUDY)")
+    pr.add_argument("--also", default=None, metavar="STUDY",
+                    help="draw this study's runs too (runs the fit did not see: a check at scale)")
+    ex = sub["export"]
+    ex.add_argument("--out", default=None, help="the file (default STUDY-extrap.jsonl)")
+    ex.add_argument("--format", default="extrap", choices=("extrap",),
+                    help="the file's format (extrap: Extra-P's JSON Lines, extrap --json FILE)")
+    return parser
+
+
+# every option of any action, with its default: the actions' code reads them all
+_DEFAULTS = {"replicates": None, "nodes": None, "ranks": None, "workers_per_node": None, "site": None,
+             "network": "nominal", "network_backend": "mpi", "algorithm": None, "band": None, "out": None,
+             "format": "extrap", "also": None}
+
+
 def model(argv: Sequence[str]) -> int:
-    parser = OneLineParser(
-        prog="scalestudy model",
-        description="fit: fit the performance model to a study's runs (perf_model/terms.py holds its equations) "
-                    "and store it. predict: throughput, efficiency and the step's parts at other node counts, "
-                    "with the fit's uncertainty band, and a figure of measured points and the predicted curve. "
-                    "export: the study's measurements (what fit is fitted on) for another modeller: "
-                    "--format extrap writes Extra-P's JSON Lines input.")
-    parser.add_argument("action", choices=("fit", "predict", "export"))
-    parser.add_argument("--study", required=True)
-    parser.add_argument("--warmup", type=int, default=None, help="steps to leave out of each run (default 5)")
-    parser.add_argument("--replicates", type=int, default=None,
-                        help="fit: bootstrap refits for the fit's band (default 100; 0: none)")
-    parser.add_argument("--nodes", default=None, help="predict: node counts, e.g. 8,16,...,1024 (default: 1,2,...,64)")
-    parser.add_argument("--ranks", default=None, help="predict: rank counts instead of nodes (one node each)")
-    parser.add_argument("--workers-per-node", type=int, default=None,
-                        help="predict: ranks per node (default: the study's)")
-    parser.add_argument("--site", default=None, help="predict: take the network from this site's network: block "
-                                                     "(default: the allreduce fitted on the study's machine)")
-    parser.add_argument("--network", choices=("nominal", "measured"), default="nominal",
-                        help="predict with --site: the site file's network numbers (nominal), or those fitted to "
-                             "the site's study=network runs (measured; scalestudy network SITE shows both)")
-    parser.add_argument("--network-backend", choices=("mpi", "nccl", "gloo"), default="mpi",
-                        help="predict --network measured: whose measurement (params.backend of study=network)")
-    parser.add_argument("--algorithm", default=None, help="predict: which of the study's algorithms")
-    parser.add_argument("--band", type=float, default=None, help="predict: width of the band (default 0.9)")
-    parser.add_argument("--out", default=None, help="predict: folder for the figure and its CSV (default figures/STUDY); "
-                                                    "export: the file (default STUDY-extrap.jsonl)")
-    parser.add_argument("--format", default="extrap", choices=("extrap",),
-                        help="export: the file's format (extrap: Extra-P's JSON Lines, extrap --json FILE)")
-    parser.add_argument("--also", default=None, metavar="STUDY",
-                        help="predict: draw this study's runs too (runs the fit did not see: a check at scale)")
-    add_db_option(parser)
-    args = parser.parse_args(argv)
+    args = _model_parser().parse_args(argv)
+    for name, default in _DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
     if args.action == "fit":
         return _fit(args)
     if args.action == "export":
@@ -150,6 +173,7 @@ def _export(args) -> int:
 def _fit(args) -> int:
     from perf_model.bootstrap import DEFAULT_REPLICATES
     from perf_model.model import fit_study
+    from perf_model.terms import param_text
     from perf_model.study import DEFAULT_WARMUP
     from results_db import connect
     from results_db.store.connect import resolve_db_url
@@ -171,7 +195,7 @@ def _fit(args) -> int:
           + f" (first {warmup} steps left out; {fit['replicates']} bootstrap refits on runs drawn whole"
           + (f", {fit['redrawn']} draws redrawn" if fit["redrawn"] else "") + ")")
     for name, term in fit["terms"].items():
-        params = ", ".join(f"{k}={v:.4g}" for k, v in term["params"].items())
+        params = ", ".join(param_text(k, v) for k, v in term["params"].items())
         q = term["quality"]
         rms = f"{q['rms_seconds']:.3g}" if name in SHARES else f"{q['rms_seconds'] * 1e3:.3g} ms"
         quality = (f"{q['points']} points, residual RMS {rms}, worst {q['max_relative']:.1%}"
@@ -314,7 +338,7 @@ def _print_prediction(study: str, fit, algorithm: str, table, wpn: int, site, ne
     shape = fit["workloads"][algorithm]
     where = f"network of site {site.name} ({network.source})" if network else \
         "allreduce fitted on the study's own machine"
-    print(f"study {study}, {algorithm}: model fit #{fit['id']} ({len(fit['run_ids'])} runs, "
+    print(f"study {study}, {algorithm}: model fit #{fit['id']} ({counted(len(fit['run_ids']), 'run')}, "
           f"{len(fit.get('bootstrap') or [])} bootstrap refits); {shape['model']}, batch {shape['batch_size']}/rank, "
           f"{shape['threads_per_worker']} thread(s)/rank, {wpn} rank(s)/node; {where}")
     doubts = fit_doubts(fit, algorithm)

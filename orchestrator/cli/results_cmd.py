@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -59,7 +61,7 @@ def status(argv: Sequence[str]) -> int:
         ids = run_rows.recent_run_ids(engine, args.study, RECENT_RUNS)
         total = sum(row[columns.index("total")] for row in rows)
         print_runs_table(engine, run_ids=ids, study=args.study,
-                         title="runs" if total <= len(ids) else f"the last {len(ids)} of {total} runs")
+                         title="runs" if total <= len(ids) else f"the last {len(ids)} of {counted(total, 'run')}")
         if total > len(ids):
             print(f"(all {total}: scalestudy status --study {args.study} --runs, or scalestudy query --study "
                   f"{args.study} --format csv --out runs.csv)")
@@ -169,6 +171,8 @@ def query(argv: Sequence[str]) -> int:
             if not args.columns:   # the summary: as print_runs_table shows it
                 table = run_rows.blank_not_applicable(engine, table)
                 table = run_rows.with_json_keys(engine, table, args.study, args.where, attempts=args.attempts)
+            if args.format == "table":   # each run's own seed, in run order (a file keeps the swept seed)
+                table = run_rows.with_run_seed(engine, table)
         render(table, args.format, title=f"study {args.study}" if args.study else "runs", out=args.out,
                fold=not args.columns and not args.group_by)
     except (QueryError, ValueError, NoDatabase, OlderSchema) as exc:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from workloads.did_you_mean import hint
 
 from .common import fail
 
@@ -87,7 +91,7 @@ def _run_hydra(full_errors: bool) -> int | None:
             sweep_job()
     except KeyboardInterrupt:
         ended = outcome.take()
-        print(f"interrupted: {ended.done if ended else 0} runs done, {ended.stopped if ended else 0} stopped; rerun "
+        print(f"interrupted: {counted(ended.done if ended else 0, 'run')} done, {ended.stopped if ended else 0} stopped; rerun "
               "the same command to resume", file=sys.stderr)
         return 130
     except yaml.YAMLError as exc:   # a study or config file that is not YAML
@@ -120,7 +124,7 @@ def _exit_status() -> int:
               "`scalestudy ingest` brings them in", file=sys.stderr)
         return 1
     if ended and ended.failed:
-        print(f"scalestudy: {ended.failed} of {ended.submitted} runs failed; their reasons: "
+        print(f"scalestudy: {ended.failed} of {counted(ended.submitted, 'run')} failed; their reasons: "
               f"scalestudy status --study {ended.study} --failed", file=sys.stderr)
         return 1
     return 0
@@ -194,7 +198,8 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and "/" in exc.missing_cfg_file:
         group, _, name = exc.missing_cfg_file.rpartition("/")
         known = ", ".join(exc.options or [])
-        return f"invalid config: {group}={name!r}: unknown {group}" + (f"; known: {known}" if known else "")
+        return (f"invalid config: {group}={name!r}: unknown {group}" + (hint(name, known.split(", ")) if known else "")
+                + (f"; known: {known}" if known else ""))
     lines = []
     for line in str(exc).strip().splitlines():
         line = line.strip()

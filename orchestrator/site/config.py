@@ -28,6 +28,7 @@ from .nccl import NcclNetwork, parse_nccl_network
 from .network import NetworkSpec, parse_network
 from .queues import QueueLimits, parse_queues
 from .schedulers import SCHEDULERS, Scheduler
+from workloads.did_you_mean import hint
 
 PROVIDERS = tuple(SCHEDULERS)
 # wheel: the MPI of the `mpich` wheel in this environment (laptops, CI, the local sites);
@@ -123,7 +124,8 @@ def _site_path(name: str) -> Path:
             raise ConfigError("site", name, "no such site file")
         return path
     if name in _NOT_SITES or not NAME_RE.match(name) or not (site_dir() / f"{name}.yaml").is_file():
-        raise ConfigError("site", name, f"unknown site; known: {', '.join(known_sites())} (or a path to a YAML file)")
+        raise ConfigError("site", name, f"unknown site{hint(name, known_sites())}; known: {', '.join(known_sites())} "
+                                        "(or a path to a YAML file)")
     return site_dir() / f"{name}.yaml"
 
 

@@ -21,6 +21,8 @@ in all), which is what a sweep that goes as planned costs.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import shlex
 import tempfile
 from pathlib import Path
@@ -77,7 +79,7 @@ def print_dry_run(admitted: Admitted, jobs: Sequence[SweepJob], labels: dict[int
     batch = site.scheduler.batch_jobs and bool(counts)
     modes = _plan_modes(site, counts, attempts, extra) if batch else {}
     folder = scripts_folder(admitted.study, site.name) if batch else None
-    out.print(f"[bold]dry run[/bold]: {len(jobs)} runs of study {admitted.study} on site {site.name} "
+    out.print(f"[bold]dry run[/bold]: {counted(len(jobs), 'run')} of study {admitted.study} on site {site.name} "
               f"({site.provider}, {site.mpi_launcher}), {len(launching)} would launch{admitted.done_note}; "
               "nothing is submitted")
     _print_summary(out, admitted, len(jobs), len(launching), len(done), len(same), modes, folder, preset, warnings,

@@ -11,6 +11,8 @@ decides whether the run goes again.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import json
 import os
 import socket
@@ -173,7 +175,7 @@ class SweepRecorder:
                 skipped.append(f"[yellow]skip #{job.idx} {self.labels[job.idx]}: in progress under sweep "
                                f"{decision.driver} (run_key {decision.run_key}; if that sweep has stopped, this "
                                f"command takes its runs over in {wait:.0f} s)[/yellow]")
-        self.console.print(f"study [bold]{admitted.study}[/bold]: {len(jobs)} runs{preset_axes}, {sum(submit)} to "
+        self.console.print(f"study [bold]{admitted.study}[/bold]: {counted(len(jobs), 'run')}{preset_axes}, {sum(submit)} to "
                            f"launch on site {self.site.name}; results in {safe_url(str(self.engine.url))}")
         for line in skipped:
             self.console.print(line)
@@ -471,6 +473,6 @@ def oversubscription_note(site: SiteConfig, specs: Sequence[RunSpec]) -> str:
     if not crowded:
         return ""
     most = max(s.world_size * s.threads_per_worker for s in crowded)
-    return (f"{len(crowded)} of these {len(specs)} runs put up to {most} threads on this host's "
+    return (f"{len(crowded)} of these {counted(len(specs), 'run')} put up to {most} threads on this host's "
             f"{cpus} CPUs: their ranks share cores, so their times measure the sharing as much as the "
             "algorithm (fine for checking a study, not for its numbers)")

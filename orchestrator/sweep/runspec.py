@@ -30,6 +30,7 @@ from workloads.spec import FIELD, FIELDS, RunSpec
 from ..errors import ConfigError
 from ..site.config import SiteConfig, load_site
 from .schema import check_known_keys
+from workloads.did_you_mean import hint
 
 WORKLOAD_KINDS = ("builtin", "command")
 PARAM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -74,7 +75,7 @@ def _timeline_sample(timeline: Any, steps: Any, ranks: Any) -> dict[str, Any]:
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ConfigError(field, value, f"unknown {field}; known: {', '.join(choices)}")
+        raise ConfigError(field, value, f"unknown {field}{hint(value, choices)}; known: {', '.join(choices)}")
     return value
 
 

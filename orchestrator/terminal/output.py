@@ -21,7 +21,7 @@ from results_db.store.columns import FAILED_STATES
 from results_db.store.run_rows import Rows, missing
 from workloads.run_folder import LOG_FILE
 
-from .tables import RESULTS, SUMMARY_FIELDS, cell, rows_table
+from .tables import RESULTS, SUMMARY_FIELDS, cell, column_cells, rows_table
 
 SUMMARY_COLUMNS = ("run_id", "study", "status", *SUMMARY_FIELDS, "global_batch_size", *RESULTS)
 FORMATS = ("table", "csv", "json", "parquet")
@@ -144,8 +144,10 @@ def _plain(table: Rows, title: str | None) -> str:
 
 
 def _table(table: Rows, title: str | None, fold: bool = False):
-    return rows_table(table.columns, [[_cell(v) for v in row] for row in table.rows], title, _numeric(table),
-                      fold_constant=fold)
+    """Each column's floats to one number of decimal places (``column_cells``)."""
+    columns = [column_cells([None if missing(v) else v for v in table.column(c)]) for c in table.columns]
+    rows = [[columns[j][i] for j in range(len(table.columns))] for i in range(len(table.rows))]
+    return rows_table(table.columns, rows, title, _numeric(table), fold_constant=fold)
 
 
 def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, study: str | None = None,
@@ -153,7 +155,7 @@ def print_runs_table(engine, where=None, run_ids: Sequence[int] | None = None, s
     """Runs as a table; a command workload's runs show ``-`` for what only our training loop has
     (``run_rows.blank_not_applicable``)."""
     table = run_rows.run_rows(engine, study=study, where=where, run_ids=run_ids, columns=columns)
-    table = run_rows.blank_not_applicable(engine, table)
+    table = run_rows.with_run_seed(engine, run_rows.blank_not_applicable(engine, table))
     render(run_rows.with_json_keys(engine, table, study, where, run_ids), "table", title=title,
            fold=list(columns) == list(SUMMARY_COLUMNS))
 

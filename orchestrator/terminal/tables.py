@@ -33,11 +33,57 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def _places(spread: float) -> int | None:
+    """Decimal places that show ``spread`` (an interval's width, a standard deviation) to 2
+    significant digits: what the value beside it supports (perf_model.predict's rule)."""
+    import math
+
+    if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread > 0):
+        return None
+    return 1 - math.floor(math.log10(spread))
+
+
+def _to(value: float, places: int) -> str:
+    return f"{round(value, places):.{max(places, 0)}f}"
+
+
 def interval_cell(point: Any, low: Any, high: Any) -> str:
-    """``1.55 [1.32, 1.87]``: a value with its interval, in the tables' one number format."""
+    """``1.55 [1.32, 1.87]``: a value with its interval, each to the decimal places the interval's
+    width supports (2 significant digits of it: ``0.57 [0.24, 1.35]``, not ``0.5669 [0.2377, 1.352]``)."""
     if low is None or (isinstance(low, float) and low != low):
         return cell(point)
-    return f"{cell(point)} [{cell(low)}, {cell(high)}]"
+    places = _places(high - low) if isinstance(high, (int, float)) else None
+    if places is None or not isinstance(point, (int, float)):
+        return f"{cell(point)} [{cell(low)}, {cell(high)}]"
+    return f"{_to(point, places)} [{_to(low, places)}, {_to(high, places)}]"
+
+
+def spread_cell(mean: Any, sd: Any) -> str:
+    """``14100 ± 910``: a mean with its standard deviation, the deviation to 2 significant digits
+    and the mean to the same place (not ``14095 ± 905.3``)."""
+    places = _places(sd) if isinstance(mean, (int, float)) else None
+    if places is None:
+        return cell(mean) if not (isinstance(sd, float) and sd == sd) else f"{cell(mean)} ± {cell(sd)}"
+    return f"{_to(mean, places)} ± {_to(sd, places)}"
+
+
+def column_cells(values: Sequence[Any]) -> list[str]:
+    """A column of floats to one number of decimal places (the largest value's 4 significant
+    digits), so that ``0.415`` does not stand beside ``0.4150``; a value that would show no
+    significant digit at those places keeps its own 4."""
+    import math
+
+    floats = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v) and v != 0]
+    if not floats or max(floats) >= 1000:
+        return [cell(v) for v in values]
+    places = max(3 - math.floor(math.log10(max(floats))), 0)
+    out = []
+    for v in values:
+        if isinstance(v, float) and math.isfinite(v) and (v == 0 or abs(v) >= 10 ** -places):
+            out.append(f"{v:.{places}f}")
+        else:
+            out.append(cell(v))
+    return out
 
 
 def two_sets_shown(table, a: str, b: str, ratio: str, keys: Sequence[str]):
@@ -84,7 +130,7 @@ def compare_display(frame, metric: str):
     hidden = set(OUTPUT_COLUMNS(metric)) | {"energy_kj_mean"}
     axes = registry_order([c for c in frame.columns if c not in hidden])
     out = frame[axes + ["repeats"]].copy()
-    out[metric] = [f"{cell(m)} ± {cell(s)}" if s == s else cell(m)
+    out[metric] = [spread_cell(m, s) if s == s else cell(m)
                    for m, s in zip(frame[f"{metric}_mean"], frame[f"{metric}_std"])]
     why = [w if w else "" for w in frame["interval"]]
     out["speedup"] = [f"{cell(p)} ({w})" if w and w != "baseline" else interval_cell(p, lo, hi)
@@ -104,7 +150,8 @@ SHORT_HEADERS = {"workers_per_node": "workers/node", "threads_per_node": "thread
                  "final_top1": "top-1", "train_seconds": "train s", "throughput": "samples/s",
                  "imbalance_delay_ms": "delay ms", "rounds_per_second": "rounds/s",
                  "gradients_per_second": "gradients/s", "world_size": "ranks",
-                 "model_flops_per_sample": "FLOPs/sample", "peak_flops": "peak FLOP/s"}
+                 "model_flops_per_sample": "FLOPs/sample", "peak_flops": "peak FLOP/s",
+                 "seed": "seed used"}   # the run's own (seed + 1000 x repeat): run_rows.with_run_seed
 
 
 def rows_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None,

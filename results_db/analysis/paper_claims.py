@@ -20,6 +20,8 @@ sync matches it) says so, and is no result.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -197,7 +199,7 @@ def _ratio_text(mine: pd.Series, base: pd.Series) -> tuple[float, str]:
     est = confidence.ratio_estimate(mine, base)
     if est.reason:
         return est.ratio, (f"{est.ratio:.2f} ({mine.min() / base.mean():.2f}–{mine.max() / base.mean():.2f}, "
-                           f"{len(mine)}/{len(base)} runs: {est.reason})")
+                           f"{len(mine)}/{counted(len(base), 'run')}: {est.reason})")
     return est.ratio, f"{est.ratio:.2f} [{est.low:.2f}, {est.high:.2f}]"
 
 
@@ -271,11 +273,11 @@ def paper_vs_run(runs: pd.DataFrame, study: str, evals: pd.DataFrame | None = No
                 seconds = _seconds(mine, evals, ("loss", claim.target)).dropna()
                 if seconds.empty:
                     row["note"] = "not measured (emulated compute computes no loss)" if _emulated(mine) else \
-                        f"not reached ({len(mine)} runs)"
+                        f"not reached ({counted(len(mine), 'run')})"
                 else:
                     _mean_range(row, seconds, 1)
                     if len(seconds) < len(mine):
-                        row["note"] = f"{len(seconds)} of {len(mine)} runs reached it"
+                        row["note"] = f"{len(seconds)} of {counted(len(mine), 'run')} reached it"
             else:   # top1
                 values = mine["final_top1"].dropna() if "final_top1" in mine else pd.Series(dtype=float)
                 if values.empty:

@@ -6,7 +6,7 @@ Derived from the ``runs`` table (whose field columns come from ``workloads.spec.
 
 from __future__ import annotations
 
-import difflib
+from workloads import did_you_mean
 import re
 
 from .schema import runs_table
@@ -26,8 +26,7 @@ class QueryError(ValueError):
 
 
 def _unknown(name: str) -> QueryError:
-    close = difflib.get_close_matches(name, RUN_COLUMNS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean.hint(name, RUN_COLUMNS)
     return QueryError(f"unknown column {name!r}{hint}; the {len(RUN_COLUMNS)} run columns: scalestudy query "
                       "--list-columns; also params.NAME, metrics.NAME")
 

@@ -16,7 +16,7 @@ metric, speedup = this / baseline; for a lower-is-better one (a time, an energy)
 
 from __future__ import annotations
 
-import difflib
+from workloads import did_you_mean
 import re
 from typing import Iterable, Mapping
 
@@ -89,7 +89,6 @@ def measure_of(metric: str, configs: Iterable[object] = (), better: str | None =
         raise MetricDirectionError(
             f"metric {metric!r} declares no direction: add `better: higher` or `better: lower` to "
             f"workload.metrics.{name} in its config, or give --better higher|lower")
-    close = difflib.get_close_matches(metric, list(columns), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean.hint(metric, columns)
     raise MetricDirectionError(f"{metric!r} is not a measure with a direction{hint}; measures: "
                                f"{', '.join(sorted(columns))}, or metrics.NAME")

@@ -167,6 +167,29 @@ def blank_not_applicable(engine: Engine, table: Rows) -> Rows:
                                 for r in table.rows])
 
 
+def with_run_seed(engine: Engine, table: Rows) -> Rows:
+    """``table`` with its ``seed`` cells the seed each run actually used (``RunSpec.run_seed``:
+    the swept seed + 1000 x the repeat, where repeats vary the seed), sorted by run id: a
+    summary that folds ``seed`` into "in every row: seed=0" hid that its repeats differed
+    (issue 62). For display only, as ``blank_not_applicable``."""
+    if "seed" not in table.columns or "run_id" not in table.columns or not table.rows:
+        return table
+    from workloads.spec import REPEAT_SEED_STRIDE
+
+    at, seed_at = table.columns.index("run_id"), table.columns.index("seed")
+    with engine.connect() as conn:
+        specs = dict(conn.execute(select(Run.id, Run.spec).where(Run.id.in_(plain_ids(r[at] for r in table.rows)))).all())
+
+    def used(row: tuple):
+        spec = specs.get(row[at]) or {}
+        if row[seed_at] is None or not spec.get("seed_per_repeat"):
+            return row[seed_at]
+        return int(row[seed_at]) + REPEAT_SEED_STRIDE * int(spec.get("repeat") or 0)
+
+    rows = [tuple(used(r) if i == seed_at else v for i, v in enumerate(r)) for r in table.rows]
+    return Rows(table.columns, sorted(rows, key=lambda r: (r[at] is None, r[at] or 0)))
+
+
 def recent_run_ids(engine: Engine, study: str, limit: int) -> list[int]:
     """The ``limit`` runs of ``study`` registered last (latest attempts), for a short listing."""
     stmt = (select(Run.id).join(Study, Run.study_id == Study.id)

@@ -214,7 +214,7 @@ def test_failures_are_stored_with_their_reason(tmp_path):
                       "workload.command=[python,-c,'import os,sys; print(\"boom on\", os.environ[\"RANK\"]); "
                       "sys.exit(3 if os.environ[\"RANK\"] == \"1\" else 0)']", f"hydra.sweep.dir={tmp_path / 'a'}",
                       cwd=tmp_path, timeout=300)
-    assert proc.returncode == 1 and "1 of 1 runs failed" in proc.stderr.splitlines()[-1], proc.stderr[-3000:]
+    assert proc.returncode == 1 and "1 of 1 run failed" in proc.stderr.splitlines()[-1], proc.stderr[-3000:]
     never = scalestudy("sweep", "study_name=fails", "nodes=1", "workers_per_node=1", "workload.kind=command",
                        "workload.command=[echo,hello]",
                        "+workload.metrics.throughput.pattern='rate=([0-9]+)'", f"hydra.sweep.dir={tmp_path / 'b'}",

@@ -75,7 +75,7 @@ def test_a_real_sweeps_first_line_names_the_axes_its_preset_swept(tmp_path):
     first = proc.stderr.splitlines()[0]
     assert first.startswith("study p: 2 runs (workers_per_node swept by the smoke preset), 2 to launch"), first
     own = scalestudy("sweep", "study_name=q", *args, cwd=tmp_path)
-    assert own.returncode == 0 and own.stderr.splitlines()[0].startswith("study q: 1 runs, 1 to launch")
+    assert own.returncode == 0 and own.stderr.splitlines()[0].startswith("study q: 1 run, 1 to launch")
 
 
 @pytest.mark.sweep
@@ -138,4 +138,19 @@ def test_overrides_after_a_flag_reach_hydra(tmp_path):
     proc = scalestudy("sweep", "study_name=x", "--config-dir", str(REPO / "examples/ddp_gloo/conf"), "--dry-run",
                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "1 runs of study x" in proc.stdout
+    assert "1 run of study x" in proc.stdout
+
+
+def test_a_count_says_its_noun_in_the_singular_for_one():
+    """Issue 62: "1 runs". ``counted`` is what every message uses (grep finds the old form gone)."""
+    import re
+    from pathlib import Path
+
+    from workloads.plural import counted
+
+    assert (counted(1, "run"), counted(0, "run"), counted(2, "run")) == ("1 run", "0 runs", "2 runs")
+    root = Path(__file__).resolve().parents[2]
+    for folder in ("orchestrator", "results_db"):
+        for path in (root / folder).rglob("*.py"):
+            # a message counting runs with a bare f-string number: the form that printed "1 runs"
+            assert not re.search(r'\{len\(\w+\)\} runs\b', path.read_text()), path

@@ -101,7 +101,7 @@ def test_a_study_named_on_the_command_line_says_which_preset_it_is_built_on(tmp_
     text = named.stdout + named.stderr
     assert "study mine: a study of your own, built on the smoke preset" in text and "epochs=10" in text
     assert "not swept: the preset's grid (nodes=1,2 workers_per_node=1,2)" in text
-    assert "1 runs of study mine" in named.stdout
+    assert "1 run of study mine" in named.stdout
     preset = scalestudy("sweep", "study=eager_sgd", "--dry-run", f"hydra.sweep.dir={tmp_path / 'b'}", cwd=tmp_path)
     assert preset.returncode == 0
     assert "swept by the eager_sgd preset (not by this command line): algorithm=sync,eager_solo,eager_majority," \

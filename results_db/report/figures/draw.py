@@ -6,6 +6,8 @@ consistent so that figures of different studies read alike.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import textwrap
 
 import matplotlib
@@ -333,7 +335,7 @@ def time_bars(frame: pd.DataFrame, fig: Figure) -> None:
     heights = frame["seconds_mean"].fillna(0.0)
     ax.bar(x, heights, yerr=frame["seconds_std"].fillna(0.0), capsize=3, color="#4c72b0")
     for xi, row in zip(x, frame.itertuples(index=False)):
-        text = "not reached" if row.reached == 0 else f"{row.reached} of {row.runs} runs" \
+        text = "not reached" if row.reached == 0 else f"{row.reached} of {counted(row.runs, 'run')}" \
             if row.reached < row.runs else f"{row.seconds_mean:.1f} s"
         ax.annotate(text, (xi, 0 if row.reached == 0 else row.seconds_mean), ha="center", va="bottom",
                     fontsize="x-small", textcoords="offset points", xytext=(0, 3))

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import json
 from typing import Sequence
 
@@ -53,8 +55,8 @@ def oversubscription_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:
     over = oversubscribed(chosen)
     if over.empty:
         return None
-    who = "This run" if len(chosen) == 1 else f"All {len(chosen)} runs" if len(over) == len(chosen) \
-        else f"{len(over)} of these {len(chosen)} runs"
+    who = "This run" if len(chosen) == 1 else f"All {counted(len(chosen), 'run')}" if len(over) == len(chosen) \
+        else f"{len(over)} of these {counted(len(chosen), 'run')}"
     return (f"{who} ran up to {over['load'].max():.3g} threads per CPU on the most crowded host (up to "
             f"{int(over['world_size'].max())} ranks): the ranks shared cores, so these timings measure contention "
             "as much as the algorithm, not scaling.")
@@ -69,8 +71,8 @@ def _compute_kind(sr: StudyRuns, run_ids: Sequence[int], kind: str, verb: str) -
     if some.empty:
         return None
     plural = "are" if verb == "is" else verb
-    return f"This run {verb}" if len(chosen) == 1 else f"All {len(chosen)} runs {plural}" if len(some) == len(chosen) \
-        else f"{len(some)} of these {len(chosen)} runs {plural}"
+    return f"This run {verb}" if len(chosen) == 1 else f"All {counted(len(chosen), 'run')} {plural}" if len(some) == len(chosen) \
+        else f"{len(some)} of these {counted(len(chosen), 'run')} {plural}"
 
 
 def emulation_note(sr: StudyRuns, run_ids: Sequence[int]) -> str | None:

@@ -8,6 +8,8 @@ Every choice (baseline, target, filters) is checked before anything is written.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import math
 import os
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ class Report:
 def _summary(planned: pd.DataFrame) -> str:
     counts = planned["status"].value_counts()
     parts = [f"{n} {state}" for state, n in counts.items()]
-    return f"{len(planned)} runs: " + ", ".join(parts) + "."
+    return f"{counted(len(planned), 'run')}: " + ", ".join(parts) + "."
 
 
 def _check_out(out: Path) -> None:
@@ -240,7 +242,7 @@ def at_chance_note(runs: pd.DataFrame) -> str | None:
     if flat.empty:
         return None
     ids = ", ".join(str(int(i)) for i in flat["run_id"].head(10)) + (" …" if len(flat) > 10 else "")
-    return (f"{len(flat)} of {len(runs)} runs ended at chance-level top-1 (1 / classes; runs {ids}): they diverged "
+    return (f"{len(flat)} of {counted(len(runs), 'run')} ended at chance-level top-1 (1 / classes; runs {ids}): they diverged "
             "or did not learn (check lr and momentum), and their times are not times to a trained model.")
 
 

@@ -9,6 +9,8 @@ carries its unrounded value (``data-value``) for tools that read the page.
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 import math
 from pathlib import Path
 
@@ -167,7 +169,7 @@ def _reached_text(row: dict, prefix: str, done: bool) -> str:
                     1, unit=" s")
     reached, runs = row.get(f"{prefix}_reached"), row.get("runs")
     if done and not _missing(reached) and int(reached) < int(runs):
-        text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {int(runs)} runs)"
+        text = "not reached" if int(reached) == 0 else f"{text} ({int(reached)} of {counted(int(runs), 'run')})"
     return text
 
 

@@ -9,6 +9,8 @@ of today is the database the report was read from, and its password never appear
 
 from __future__ import annotations
 
+from workloads.plural import counted
+
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,7 +46,7 @@ class Provenance:
 
 def _versions(values) -> str:
     counts = Counter(v for v in values if v)
-    return ", ".join(f"{v} ({n} runs)" if len(counts) > 1 else str(v) for v, n in counts.most_common()) or "-"
+    return ", ".join(f"{v} ({counted(n, 'run')})" if len(counts) > 1 else str(v) for v, n in counts.most_common()) or "-"
 
 
 def _generator() -> str:
