@@ -64,7 +64,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # EXTRAS: test,mpich here (the mpich wheel is this host's MPI); on a machine with its own MPI
 # (mpi: system sites) use FACILITY=1 above (docs/how-to/real-machines.md)
 EXTRAS=${EXTRAS-test,mpich}
-echo "setup-env: installing torch==$TORCH_VERSION and scalestudy[$EXTRAS] (a minute or two the first time)"
+echo "setup-env: installing torch==$TORCH_VERSION and scalestudy[$EXTRAS] (1-3 minutes the first time)"
 "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" 2> >(grep -v "^WARNING: Location" >&2)
 # compat mode puts the source tree on sys.path, so Hydra finds the hydra_plugins namespace package.
 target="."; if [ -n "$EXTRAS" ]; then target=".[$EXTRAS]"; fi

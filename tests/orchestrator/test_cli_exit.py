@@ -177,3 +177,40 @@ def test_a_bad_option_or_study_is_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, \
             (args, proc.stderr)
     assert scalestudy("query", "--help", cwd=tmp_path).stdout.count("--format") >= 1   # --help still whole
+
+
+def test_a_misspelt_value_command_or_metric_gets_did_you_mean(tmp_path):
+    """Issue 62: "did you mean" was given for keys, columns and metrics, not for values
+    (``algorithm=eagr_solo``, ``study=smok``, ``model=resnet5O``, ``site=polaras``), commands
+    (``statsu``) or a metric's short name (``top1`` for ``final_top1``). Each refusal is still one
+    line, exit 2; a word near nothing gets no guess (the control)."""
+    from workloads.did_you_mean import nearest
+
+    from conftest import scalestudy
+
+    for args, said in ((("statsu",), "did you mean 'status'?"),
+                       (("sweep", "algorithm=eagr_solo", "--dry-run"), "did you mean 'eager_solo'?"),
+                       (("sweep", "study=smok", "--dry-run"), "did you mean 'smoke'?"),
+                       (("sweep", "model=resnet5O", "--dry-run"), "did you mean 'resnet50'?"),
+                       (("sweep", "site=polaras", "--dry-run"), "did you mean 'polaris'?")):
+        proc = scalestudy(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+            (args, proc.stderr)
+    no_guess = scalestudy("sweep", "algorithm=zzz", "--dry-run", cwd=tmp_path)
+    assert no_guess.returncode == 2 and "did you mean" not in no_guess.stderr
+    assert nearest("top1", ["final_top1", "final_loss", "throughput"]) == "final_top1"
+    assert nearest("loss", ["final_top1", "final_loss"]) == "final_loss"
+    assert nearest("zzz", ["final_top1"]) is None
+
+
+def test_each_model_action_has_its_own_help(tmp_path):
+    """Issue 62: ``model fit --help`` printed the options of predict and export too; an option of
+    another action is now refused in one line."""
+    from conftest import scalestudy
+
+    fit = scalestudy("model", "fit", "--help", cwd=tmp_path).stdout
+    predict = scalestudy("model", "predict", "--help", cwd=tmp_path).stdout
+    assert "--replicates" in fit and "--nodes" not in fit and "--format" not in fit
+    assert "--nodes" in predict and "--replicates" not in predict
+    wrong = scalestudy("model", "fit", "--study", "s", "--nodes", "3", cwd=tmp_path)
+    assert wrong.returncode == 2 and "unrecognized arguments: --nodes 3" in wrong.stderr
