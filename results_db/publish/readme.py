@@ -122,6 +122,15 @@ def _expected(plain: pd.DataFrame, axes: list[str], metric: str | None) -> str:
     return _table(rows, ["configuration", "runs", "a run: wall time, cost", f"{metric or 'metric'}: mean [95 %]"])
 
 
+def _kept(files: PackedRunFiles, runs: int) -> str:
+    """What of the runs' own files the artifact carries, and what its caps cut or left out."""
+    return (f"{files.files} files of {runs - len(files.missing)} runs ({caps_words()}"
+            + (f"; {len(files.cut)} cut" if files.cut else "")
+            + (f"; runs {', '.join(map(str, files.left_out))} left out past the total" if files.left_out else "")
+            + (f"; runs {', '.join(map(str, files.missing))} had no folder on the packing host" if files.missing else "")
+            + ")")
+
+
 def readme(study: str, runs: pd.DataFrame, copied, n_files: int, files: PackedRunFiles,
            interconnect: dict[str, str], tables: tuple[int, int]) -> str:
     from results_db.analysis.configuration import config_axes, hashable
@@ -140,11 +149,7 @@ def readme(study: str, runs: pd.DataFrame, copied, n_files: int, files: PackedRu
     charged = "config" in runs and any(isinstance(c, dict) and c.get("account") for c in runs["config"])
     account_arg = " account=YOUR_PROJECT" if charged else ""
     total = _elapsed(plain).dropna().sum()
-    kept = (f"{files.files} files of {len(runs) - len(files.missing)} runs ({caps_words()}"
-            + (f"; {len(files.cut)} cut" if files.cut else "")
-            + (f"; runs {', '.join(map(str, files.left_out))} left out past the total" if files.left_out else "")
-            + (f"; runs {', '.join(map(str, files.missing))} had no folder on the packing host" if files.missing else "")
-            + ")")
+    kept = _kept(files, len(runs))
     return f"""# Artifact of study `{study}`
 
 Written by `scalestudy artifact pack` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.
