@@ -25,11 +25,13 @@ from pathlib import Path
 import yaml
 
 from orchestrator.cli import COMMANDS, USAGE, main
+from orchestrator.cli.model_cmd import ACTIONS as MODEL_ACTIONS
 from orchestrator.site.config import SiteConfig, known_sites, load_site, site_dir
 from orchestrator.sweep.schema import key_help
 from workloads.registry import ALGORITHMS, DATASETS, MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
+ACTIONS = {"model": tuple(MODEL_ACTIONS)}   # commands whose actions have parsers of their own
 HELP_COLUMNS = 100   # the width the commands' --help is written at
 # SiteConfig fields a site file does not set (orchestrator/site/config.py refuses them in YAML)
 INTERNAL_SITE_FIELDS = ("name", "queue_pinned")
@@ -94,6 +96,8 @@ def cli() -> str:
              "lays its help out a little differently).", "", "```text", USAGE.rstrip(), "```", ""]
     for name in COMMANDS:
         lines += [f"## scalestudy {name}", "", "```text", _help([name, "--help"]), "```", ""]
+        for action in ACTIONS.get(name, ()):   # a command of actions: each action's own options
+            lines += [f"### scalestudy {name} {action}", "", "```text", _help([name, action, "--help"]), "```", ""]
     return "\n".join(lines)
 
 

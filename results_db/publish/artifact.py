@@ -137,7 +137,7 @@ def _pack(engine: Engine, study: str, out: Path, runs, with_accounts: bool, repo
         latest = runs[runs["latest"]] if "latest" in runs else runs
         _write_configs(out, latest, with_accounts, root)
         _write_sites(out, latest)
-        interconnect = interconnect_of(sorted({str(s) for s in latest["site"].dropna()}))
+        interconnect = interconnect_of({p.stem: p for p in (out / "site").glob("*.yaml")})
         _write_json(out / "software.json", _software(latest, with_accounts, root))
         _write_json(out / "machine.json", _machine(engine, latest, hosts, interconnect))
         files = pack_run_files(latest, out, scrub_text)

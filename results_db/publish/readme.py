@@ -210,16 +210,24 @@ places leaves unless packed with `--with-places`.
 """
 
 
-def interconnect_of(sites: list[str]) -> dict[str, str]:
-    """What each site file says of its interconnect (its ``network`` block's source)."""
-    from orchestrator.site.config import load_site
+def interconnect_of(site_files: dict[str, Any]) -> dict[str, str]:
+    """What each packed site file says of its interconnect (its ``network`` block: latency,
+    bandwidth, where they come from), read as YAML (the artifact's layer does not load sites)."""
+    import yaml
 
-    out: dict[str, Any] = {}
-    for site in sites:
+    out: dict[str, str] = {}
+    for site, path in sorted(site_files.items()):
         try:
-            network = load_site(site).network
-        except Exception:   # noqa: BLE001 - a site file gone since, or unreadable: the README says nothing of it
+            network = (yaml.safe_load(path.read_text()) or {}).get("network")
+        except (OSError, yaml.YAMLError, AttributeError):
             continue
-        if network is not None:
-            out[site] = network.describe()
+        if isinstance(network, dict):
+            stand_ins = set(network.get("stand_ins") or [])
+            latency = f"latency {network.get('latency_us')} us"
+            bandwidth = f"bandwidth {network.get('node_bandwidth_gbs')} GB/s per node"
+            if "latency_us" in stand_ins:
+                latency += " (a stand-in, unsourced)"
+            if "node_bandwidth_gbs" in stand_ins:
+                bandwidth += " (a stand-in, unsourced)"
+            out[site] = f"{latency}, {bandwidth}; {network.get('source') or 'no source given'}"
     return out

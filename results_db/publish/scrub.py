@@ -142,9 +142,8 @@ def _install_places() -> list[tuple[str, str]]:
     file system), by what they are."""
     import sys
 
-    from orchestrator.sweep.provenance import PROJECT
-
-    return [(str(PROJECT), "<scalestudy>"), (sys.prefix, "<python-env>"), (sys.base_prefix, "<python>")]
+    project = Path(__file__).resolve().parents[2]   # the checkout: results_db/publish/ is two below it
+    return [(str(project), "<scalestudy>"), (sys.prefix, "<python-env>"), (sys.base_prefix, "<python>")]
 
 
 def text_scrubber(root: str | None, hosts: dict[str, str]):

@@ -373,7 +373,7 @@ def test_a_run_file_past_the_cap_is_cut_at_a_line_and_says_so(tmp_path, monkeypa
 
     from results_db.publish import run_files
 
-    monkeypatch.setattr(run_files, "FILE_CAP", 25)
+    monkeypatch.setattr(run_files, "FILE_CAP", 26)
     run = tmp_path / "run"
     (run / "metrics").mkdir(parents=True)
     (run / "workload.log").write_text("line one is long\nline two\nline three\n")
