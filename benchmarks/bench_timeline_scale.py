@@ -1,15 +1,20 @@
-"""A full-scale timeline: the run's event file (Parquet) against the ``events`` table.
+"""A full-scale timeline, ingested: the ranks' binary event streams (issue 63) against their JSON
+lines, and the run's event file (Parquet) against the ``events`` table.
 
     python benchmarks/bench_timeline_scale.py [--ranks 64 256] [--steps 1000] [--events 60] [--repeats 5]
-        [--stores file table]
+        [--stores file table] [--before DIR]
 
 Per rank count, one metrics folder shaped as the workload writes with ``timeline=true``
 (``tests/synthetic_runs.py``: per rank and step four phases, ``--events`` gradient-ready events, a fused
-allreduce per 20 of them) is ingested into a fresh SQLite database, alternately (A B A B ...):
+allreduce per 20 of them), its events as each rank's Arrow IPC stream (``make_metrics_streams``), is
+ingested into a fresh SQLite database, alternately (A B A B ...):
 
 - file: ``ingest_run`` as it runs by default, the events into ``<db>.events/<database id>/run-N.parquet``;
 - table: ``ingest_run(..., events_table=True)``, the events as rows of the ``events`` table
-  (what every run did before; what a PostgreSQL database without ``SCALESTUDY_EVENTS_DIR`` does).
+  (what a PostgreSQL database without ``SCALESTUDY_EVENTS_DIR`` does);
+- before (``--before DIR``, a checkout of an earlier commit: ``git worktree add DIR COMMIT``): that
+  tree's own ingestion (file) of the same run as its ranks wrote it then, JSON lines
+  (``make_metrics_dir``: the same events, to the float), through that tree's copy of this script.
 
 Each ingestion runs in a process of its own (``--child``), pyarrow and pandas imported first, so
 that its peak RSS is what ingestion adds. Measured: ingestion seconds (parse, store, derive
@@ -18,8 +23,8 @@ the seconds to read one two-step window of every rank's events back (``query.eve
 the timeline figure's read. Medians (min-max) over the rounds.
 
 The fixture stands in for real ranks: 256 MPI ranks do not run on this 2-core machine, and the
-ingestion does not care who wrote the lines; its JSON is the workload's (``workloads.metrics``'s
-compact form, the form the fast path diverts).
+ingestion does not care who wrote the files; they are the workload's own forms
+(``workloads.event_log``'s stream; ``workloads.metrics``'s compact JSON before it).
 """
 
 from __future__ import annotations
@@ -71,11 +76,15 @@ def child(run_dir: str, db: str, mode: str, window: int) -> None:
                       "kept_mb": kept / 2**20}))
 
 
-def one(run_dir: Path, mode: str, window: int) -> dict:
+def one(run_dir: Path, mode: str, window: int, tree: Path | None = None) -> dict:
+    from harness import REPO, tree_env
+
+    tree = tree or REPO
     home = Path(tempfile.mkdtemp(prefix=f"bench-tl-{mode}-"))
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", str(run_dir), str(home / "results.db"), mode,
-                              str(window)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, str(tree / "benchmarks" / Path(__file__).name), "--child", str(run_dir),
+                              str(home / "results.db"), mode, str(window)], capture_output=True, text=True,
+                             check=True, env=tree_env(tree)).stdout
         return json.loads(out.strip().splitlines()[-1])
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -89,6 +98,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--stores", nargs="+", choices=("file", "table"), default=["file", "table"],
                     help="file alone: the absolute figures of a shape too large to ingest as rows 5 times")
+    ap.add_argument("--before", default=None, metavar="DIR",
+                    help="an earlier tree: its ingestion of the run's JSON lines, interleaved with this one's")
     ap.add_argument("--child", nargs=4, metavar=("RUN_DIR", "DB", "MODE", "WINDOW"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -99,32 +110,39 @@ def main() -> None:
     from harness import REPO, interleave, median
 
     sys.path.append(str(REPO / "tests"))
-    from synthetic_runs import make_metrics_dir
+    from synthetic_runs import make_metrics_dir, make_metrics_streams
 
     work = Path(tempfile.mkdtemp(prefix="bench-timeline-scale-"))
     try:
         for ranks in args.ranks:
             run_dir = work / f"run-{ranks}"
-            records = make_metrics_dir(run_dir, ranks, args.steps, args.events)
+            records = make_metrics_streams(run_dir, ranks, args.steps, args.events)
             size = sum(p.stat().st_size for p in (run_dir / "metrics").iterdir()) / 2**30
-            print(f"{ranks} ranks x {args.steps} steps: {records:,} step+event records, {size:.2f} GB of JSON lines",
-                  flush=True)
-            samples = interleave({mode: (lambda mode=mode: one(run_dir, mode, args.steps // 2))
-                                  for mode in args.stores}, args.repeats)
+            print(f"{ranks} ranks x {args.steps} steps: {records:,} step+event records, {size:.2f} GB as the ranks' "
+                  "binary streams and step lines", flush=True)
+            variants = {mode: (lambda mode=mode: one(run_dir, mode, args.steps // 2)) for mode in args.stores}
+            if args.before:
+                json_dir = work / f"json-{ranks}"
+                make_metrics_dir(json_dir, ranks, args.steps, args.events)
+                size = sum(p.stat().st_size for p in (json_dir / "metrics").iterdir()) / 2**30
+                print(f"  before: the same run as JSON lines, {size:.2f} GB, ingested by {args.before}", flush=True)
+                variants = {"before": lambda: one(json_dir, "file", args.steps // 2, Path(args.before).absolute()),
+                            **variants}
+            samples = interleave(variants, args.repeats)
             for mode, rows in samples.items():
                 def stat(key: str) -> str:
                     xs = [row[key] for row in rows]
                     return f"{median(xs):.3g} ({min(xs):.3g}-{max(xs):.3g})"
-                print(f"  {mode:5s} ingest {stat('ingest_s')} s, peak RSS +{stat('rss_mib')} MiB, "
+                print(f"  {mode:6s} ingest {stat('ingest_s')} s, peak RSS +{stat('rss_mib')} MiB, "
                       f"kept {stat('kept_mb')} MB, 2-step window read {stat('read_s')} s "
                       f"({rows[0]['window_events']:,} events)")
-            if len(samples) < 2:
-                shutil.rmtree(run_dir)
-                continue
-            per_round = [t["ingest_s"] / f["ingest_s"] for f, t in zip(samples["file"], samples["table"])]
-            print(f"  ingestion table/file = {median(per_round):.2f} (per-round {min(per_round):.2f}-{max(per_round):.2f})",
-                  flush=True)
-            shutil.rmtree(run_dir)
+            for a, b in (("before", "file"), ("table", "file")):
+                if a in samples and b in samples:
+                    per_round = [x["ingest_s"] / y["ingest_s"] for y, x in zip(samples[b], samples[a])]
+                    print(f"  ingestion {a}/{b} = {median(per_round):.2f} (per-round {min(per_round):.2f}-"
+                          f"{max(per_round):.2f})", flush=True)
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,6 +1,7 @@
 """Writers for the metrics contract that results_db ingests (the files: ``run_folder``).
 
-One JSON object per line per rank in ``<run_dir>/metrics/rank-<r>.jsonl``; rank 0
+One JSON object per line per rank in ``<run_dir>/metrics/rank-<r>.jsonl`` (a timeline's events
+in the rank's binary stream beside it: ``event_log``); rank 0
 writes ``result.json`` last, atomically, so its presence means the run finished.
 Lines are buffered and flushed at epoch boundaries: writing to a parallel file
 system on every step would perturb what is being measured.
@@ -63,10 +64,19 @@ def _finite(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: str | Path, rank: int) -> None:
+    """``events``: a ``timeline=true`` rank's events go to its binary stream (``event_log``),
+    opened here, before training starts (pyarrow's import is not a step's); without it, an
+    event is a line of the .jsonl as before (a test's stand-in writer, an old reader's form)."""
+
+    def __init__(self, run_dir: str | Path, rank: int, events: bool = False) -> None:
         path = rank_metrics_file(run_dir, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "w", buffering=1 << 16)
+        self._events = None
+        if events:
+            from .event_log import EventLog
+
+            self._events = EventLog(run_dir, rank)
 
     def _write(self, kind: str, fields: dict[str, Any]) -> None:
         record = {"type": kind, "schema": METRICS_SCHEMA, **_finite(fields)}
@@ -80,7 +90,10 @@ class MetricsWriter:
         self._write("step", fields)
 
     def event(self, **fields: Any) -> None:
-        self._write("event", fields)
+        if self._events is not None:
+            self._events.add(**fields)
+        else:
+            self._write("event", fields)
 
     def round(self, **fields: Any) -> None:
         self._write("round", fields)
@@ -93,6 +106,8 @@ class MetricsWriter:
     def eval(self, **fields: Any) -> None:
         self._write("eval", fields)
         self.flush()
+        if self._events is not None:   # an epoch's end: its events on their way to the disk
+            self._events.flush()
 
     def run_end(self, **fields: Any) -> None:
         self._write("run_end", fields)
@@ -102,8 +117,12 @@ class MetricsWriter:
         self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        try:
+            if self._events is not None:
+                self._events.close()
+        finally:
+            if not self._file.closed:
+                self._file.close()
 
 
 def write_result(run_dir: str | Path, summary: dict[str, Any]) -> Path:

@@ -15,6 +15,9 @@ reading (``results_db.ingest.folder``). It needs neither torch nor MPI.
       workload.log           the launcher's and every rank's stdout and stderr
       failure.json           the first rank to fail: what kind of failure (setup, crash)
       metrics/rank-<r>.jsonl one record per line per rank (RECORD_TYPES, schema METRICS_SCHEMA)
+      metrics/events-rank-<r>.arrows  a timeline=true rank's events, an Arrow IPC stream
+                             (``event_log``); folders written before it hold them as ``event``
+                             lines of the rank's .jsonl, which ingestion still reads
       output/rank-<r>.log    a command workload's per-rank output
       result.report.json     what a command reported with ``report.result``
       result.json            the run summary, written last: its presence means the run finished
@@ -49,6 +52,13 @@ STEP_FIELDS = ("step", "epoch", "samples", "t_start", *STEP_PHASES, "loss", "sec
 
 def rank_metrics_file(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / METRICS_DIR / f"rank-{rank}.jsonl"
+
+
+EVENTS_STREAM = "events-rank-{rank}.arrows"
+
+
+def rank_events_file(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / METRICS_DIR / EVENTS_STREAM.format(rank=rank)
 
 
 def rank_output_file(run_dir: str | Path, rank: int) -> Path:

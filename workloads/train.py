@@ -84,7 +84,7 @@ def train(spec: RunSpec, run_dir: str | Path, comm: MPI.Comm = MPI.COMM_WORLD) -
     device = run_device(spec.device, rank % spec.workers_per_node, rank)   # before any collective
     all_arrived(comm)   # the ranks still importing keep the cores (workloads/comm/arrival.py)
     clock = AlignedClock(estimate_offset_to_root(comm))
-    writer = MetricsWriter(run_dir, rank)
+    writer = MetricsWriter(run_dir, rank, events=spec.timeline)
     gpu = gpu_facts(device)
     versions = {**library_versions(), "host": host_hardware()}   # what the artifact's hardware says
     if gpu is not None:

@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from workloads.cpu_grant import host_cpus as cpus_of_host
-from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS,
+from workloads.run_folder import (METRICS_DIR, RESULT_FILE, STEP_FIELDS, SUPPORTED_METRICS_SCHEMAS, rank_events_file,
                                   result_file)
 
 from results_db.analysis.binding import audit as audit_binding
@@ -287,7 +287,7 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
                 events.flush()
                 event_rows = events.rows
         elif kind == "step":
-            step_rows.append((run_id, rank, *[rec.get(k) for k in STEP_FIELDS]))
+            step_rows.append((run_id, rank, *map(rec.get, STEP_FIELDS)))
             if len(step_rows) >= steps.batch:
                 steps.flush()
                 step_rows = steps.rows
@@ -300,6 +300,9 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
             start = rec
         elif kind == "run_end":
             end = rec
+    stream = rank_events_file(path.parent.parent, rank)
+    if stream.is_file():   # a timeline written as binary columns (workloads.event_log)
+        _ingest_rank_stream(run_id, rank, stream, events, totals)
     if isinstance(events, event_sink.ColumnSink):
         events.end_rank()
     if reader.truncated:
@@ -310,6 +313,25 @@ def _ingest_rank(session: Session, run_id: int, path: Path, steps: RowSink, even
         "run_id": run_id, "rank": rank, "host": host, "status": end.get("status", "unknown"),
         "clock_offset": start.get("clock_offset"), "summary": end.get("summary"),
     }])
+
+
+def _ingest_rank_stream(run_id: int, rank: int, path: Path, events: RowSink | event_sink.ColumnSink,
+                        totals: _RunTotals) -> None:
+    """A rank's binary timeline (``rank_events``) into the event sink, a chunk at a time."""
+    from .rank_events import RankEventsReader, rows_of
+
+    reader = RankEventsReader(path)
+    for table in reader:
+        try:
+            if isinstance(events, event_sink.ColumnSink):
+                events.add_table(rank, table)
+            else:
+                events.rows.extend(rows_of(rank, table, run_id))
+                events.flush()
+        except TypeError as exc:
+            raise IngestError(f"{path}: {exc}") from None
+    if reader.truncated:
+        totals.truncated.append(path.name)
 
 
 TAIL_BYTES = 1 << 16   # a rank file's run_end is its last record, well within this

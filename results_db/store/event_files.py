@@ -8,9 +8,12 @@ step range, the row groups' step statistics skipping the rest. The measures deri
 (``step_stats``) are folded as the events are parsed and stay in SQL.
 
 Layout: a run's events are a folder, ``<database id>/run-N.parquet/``, of part files of at most
-``GROUPS_PER_PART`` row groups each (a Parquet writer holds every group's metadata until it
-closes, ~8 KB each: bounded parts keep ingestion's memory flat however long the run). A file of
-that name (one part) is a run an earlier scalestudy ingested; it reads the same.
+``GROUPS_PER_PART`` row groups each, written two at a time by threads of their own (a part is
+encoded and compressed whole, so ingestion holds one part filling and two being written: small
+parts keep its memory flat however long the run, and two writers keep pace with the ranks'
+binary streams, which need no parse). A file of that name (one part) is a run an earlier
+scalestudy ingested; it reads the same. Names come as the writer gave them: plain strings (JSON
+lines), or dictionary-coded (a binary stream), which ``read`` returns as strings.
 
 Names: the database's id (``database_id``: a random UUID made once, in its ``settings`` table)
 comes first, so that two databases sharing one folder (``$SCALESTUDY_EVENTS_DIR``) never share a
@@ -47,7 +50,7 @@ EVENTS_DIR_ENV = "SCALESTUDY_EVENTS_DIR"
 # the events table's columns less ``id`` and ``run_id`` (a file holds one run)
 COLUMNS = ("rank", "step", "tensor", "phase", "t0", "t1", "bytes", "tensors", "arrival")
 ROW_GROUP = 5000   # events per row group: fine enough for step-range reads, coarse enough to write fast
-GROUPS_PER_PART = 200   # row groups per part file (10^6 events): what a writer holds stays bounded
+GROUPS_PER_PART = 20   # row groups per part file (10^5 events): ingestion holds a part filling and two being written
 _GROUPS_PER_READ = 16   # row groups read and filtered at once: memory holds at most this many unfiltered
 
 
@@ -258,6 +261,9 @@ class EventFile:
                         parts.append(table.select(names))
         if not parts:
             return arrow_schema().empty_table().select(names).to_pandas()
+        # names stored dictionary-coded (a timeline from the ranks' binary streams) read as strings
+        plain = pa.schema([arrow_schema().field(n) for n in names])
+        parts = [p.cast(plain) if any(pa.types.is_dictionary(f.type) for f in p.schema) else p for p in parts]
         return pa.concat_tables(parts).to_pandas()
 
     def step_range(self) -> tuple[int | None, int | None]:

@@ -70,18 +70,18 @@ def _same(file_engine, file_id, table_engine, table_id):
 
 @pytest.mark.sweep
 def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(tmp_path, monkeypatch):
-    """A real 2-rank resnet20 run: its event lines take the file's fast path (they begin as the
-    workload writes them), and every reader returns what the events table returns; also when
-    each rank's steps are folded as they come (small blocks and folds: the real order of the
-    engine's events, some a step late, against the fold)."""
+    """A real 2-rank resnet20 run: its events go to each rank's binary stream (issue 63:
+    ``workloads.event_log``), none into the .jsonl, and every reader returns what the events table
+    returns; also when each rank's steps are folded as they come (small chunks and folds: the
+    real order of the engine's events, some a step late, against the fold)."""
     run_dir = tmp_path / "run"
     spec = write_spec(run_dir, workers_per_node=2, threads_per_node=2, epochs=1, steps_per_epoch=6,
                       model="resnet20", dataset="synthetic_images", timeline=True, fusion_threshold_mb=0.2)
     proc = mpiexec(2, "-m", "workloads", str(spec))
     assert proc.returncode == 0, proc.stderr
     lines = (run_dir / "metrics" / "rank-0.jsonl").read_bytes().splitlines()
-    events = [raw for raw in lines if b'"type":"event"' in raw]
-    assert events and all(raw.startswith(RankFileReader.DIVERT_PREFIXES) for raw in events)
+    assert not [raw for raw in lines if b'"type":"event"' in raw]
+    assert all((run_dir / "metrics" / f"events-rank-{r}.arrows").stat().st_size > 1000 for r in (0, 1))
 
     file_engine, file_id = _ingest(f"sqlite:///{tmp_path / 'f.db'}", run_dir)
     table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", run_dir, table=True)
@@ -94,13 +94,13 @@ def test_a_real_timeline_run_reads_back_alike_from_its_file_and_from_the_table(t
         assert conn.execute(text("select count(*) from events")).scalar() == 0
     _same(file_engine, file_id, table_engine, table_id)
 
-    from results_db.ingest import rank_files
+    from results_db.ingest import rank_events
     from results_db.ingest.timeline import StepStats
 
     folds = []
     add = StepStats.add
     monkeypatch.setattr(StepStats, "add", lambda self, chunk: (folds.append(len(chunk)), add(self, chunk)))
-    monkeypatch.setattr(rank_files, "BLOCK", 4096)
+    monkeypatch.setattr(rank_events, "CHUNK_ROWS", 64)
     monkeypatch.setattr(event_sink, "_FOLD_ROWS", 20)
     folded_engine, folded_id = _ingest(f"sqlite:///{tmp_path / 'folded.db'}", run_dir)
     assert len(folds) > 2, folds   # folded mid-rank, not only at each rank's end

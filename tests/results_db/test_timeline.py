@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from workloads.event_log import read_events
+
 import json
 
 import numpy as np
@@ -54,8 +56,7 @@ def test_timeline_run_records_and_derives(tmp_path):
     spec = RunSpec.load(spec_path)
     n_params = 65  # resnet20's parameter tensors
     for rank in range(2):
-        events = [json.loads(l) for l in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()
-                  if '"type":"event"' in l]
+        events = read_events(run_dir, rank)
         for step in range(4):
             mine = [e for e in events if e["step"] == step]
             assert sum(e["phase"] == "grad_ready" for e in mine) == n_params
@@ -85,8 +86,7 @@ def _run_timeline(run_dir, **fields):
                            model="resnet20", dataset="synthetic_images", batch_size=32, timeline=True, **fields)
     proc = mpiexec(2, "-m", "workloads", str(spec_path))
     assert proc.returncode == 0, proc.stderr
-    events = [json.loads(l) for l in (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()
-              if '"type":"event"' in l]
+    events = read_events(run_dir, 0)
     return RunSpec.load(spec_path), events
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from workloads.event_log import read_events
+
 import collections
 import json
 import math
@@ -89,9 +91,7 @@ def test_an_autotuned_run_runs_each_trial_with_its_cycle_and_keeps_the_choice(tm
     assert fastest == ("one per step" if chosen is None else f"{chosen:g} ms")
     tuner = CycleTimeTuner(0.005, total_steps=19)
     for rank in range(2):
-        records = [json.loads(l) for l in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()]
-        negotiations = collections.Counter(r["step"] for r in records
-                                           if r.get("type") == "event" and r["phase"] == "negotiate")
+        negotiations = collections.Counter(r["step"] for r in read_events(run_dir, rank) if r["phase"] == "negotiate")
         for step in range(1, 19):
             planned = tuner.cycle_for(step) if step <= tuner.last_trial else \
                 (ONE_PER_STEP if chosen is None else chosen / 1e3)
