@@ -184,3 +184,35 @@ def test_report_links_each_runs_timeline(tmp_path):
     (out / "timelines" / "run-999.json").write_text("{}")     # a run no longer in the study
     build_report(engine, "rep", out, url)
     assert not (out / "timelines" / "run-999.json").exists()
+
+
+def test_the_fast_writer_writes_the_dict_forms_trace(study, tmp_path):
+    """Issue 63: the file is written as text an event a line (``write_chrome_trace``), not through
+    a dict per event. Parsed back it is ``chrome_trace``'s dict, event for event, to the float:
+    the same events, tracks, numbering, metadata and origin (checked on the whole run and on a
+    window of steps and ranks; events with arrivals, fused lists and instants among them)."""
+    from results_db.report.chrome_trace import chrome_trace, write_chrome_trace
+
+    tmp, url, run_id = study
+    engine = connect(url)
+    with engine.begin() as conn:   # a fused buffer with its members and arrival, and an instant
+        conn.execute(insert(Event), [
+            {"run_id": run_id, "rank": 1, "step": 2, "tensor": "fused-9", "phase": "allreduce", "t0": 7000.0,
+             "t1": 7000.5, "bytes": 64, "tensors": "a.w,b\"q\",c", "arrival": 6999.9},
+            {"run_id": run_id, "rank": 3, "step": 3, "tensor": "a.w", "phase": "grad_ready", "t0": 7001.0,
+             "t1": 7001.0, "bytes": 8, "tensors": None, "arrival": None}])
+
+    def key(e: dict) -> str:
+        return json.dumps(e, sort_keys=True)
+
+    for window in ({}, {"steps": (2, 3), "ranks": [1, 3]}):
+        out = tmp_path / "fast.json"
+        count = write_chrome_trace(engine, run_id, out, **window)
+        written, expected = json.loads(out.read_text()), chrome_trace(engine, run_id, **window)
+        assert written["otherData"] == expected["otherData"] and written["displayTimeUnit"] == "ms"
+        assert sorted(map(key, written["traceEvents"])) == sorted(map(key, expected["traceEvents"]))
+        assert count == sum(1 for e in expected["traceEvents"] if e["ph"] in ("X", "i") and e["cat"] != "step") > 0
+    kinds = {(e["ph"], "tensors" in e.get("args", {}), "arrival_us" in e.get("args", {}))
+             for e in chrome_trace(engine, run_id)["traceEvents"]}
+    assert {("X", True, True), ("X", False, False), ("i", False, False)} <= kinds, kinds
+    engine.dispose()
