@@ -198,7 +198,8 @@ with the reasons; the table and the report go to `reports/<new study>/`.
   (`SCALESTUDY_EVENTS_DIR`, if set, must be unset or point at `results.db.events/`).
 - `runs.csv` ({tables[0]} runs) and `steps.csv` ({tables[1]} rank-steps): the same, flat, for a reader without the tool.
 - `runs/<run id>/`: each run's own files: `command.txt` (the launch line run), `spec.json`, `job.json`,
-  `workload.log`, `metrics/rank-<r>.jsonl`, a command's `output/rank-<r>.log`: {kept}.
+  `workload.log`, `metrics/rank-<r>.jsonl`, a command's `output/rank-<r>.log`: {kept}. (A rank's
+  timeline stream, `metrics/events-rank-<r>.arrows`, is not copied: its events are in `results.db.events/`.)
 - `conf/study/run_<id>.yaml`: each run's configuration as it ran (values the run resolved, such as
   `device: auto`, as resolved); `sweeps.txt`: the sweep commands.
 - `site/`: the site file(s) ({', '.join(sites) or 'none'}); `software.json`, `machine.json`: what ran it, and on what.

@@ -3,7 +3,8 @@ without the tool.
 
 ``runs/<run_id>/`` holds each run's files as its folder had them (``workloads.run_folder``): the
 launch line actually run (``command.txt``), the spec, the batch job's exit and wall time, the
-workload's log, the per-rank metrics and a command's per-rank output. Each file is cut at
+workload's log, the per-rank metrics and a command's per-rank output (a rank's binary timeline
+stream is not copied: its events are the artifact's ``results.db.events/``). Each file is cut at
 ``FILE_CAP`` bytes (at a line, with a last line saying how much more there was) and the whole at
 ``TOTAL_CAP``: a fine-grain timeline or a chatty log must not make an artifact too large to
 download, and the database keeps every number anyway. What was cut or left out is counted in the
@@ -52,7 +53,9 @@ def _run_folder_files(folder: Path) -> list[Path]:
     found = [folder / n for n in names if (folder / n).is_file()]
     for sub in (run_folder.METRICS_DIR, run_folder.OUTPUT_DIR):
         if (folder / sub).is_dir():
-            found += sorted(p for p in (folder / sub).iterdir() if p.is_file())
+            # not a rank's binary event stream: its events are the artifact's results.db.events/
+            # (the same events, compressed), and a binary file cannot be cut at a line or scrubbed
+            found += sorted(p for p in (folder / sub).iterdir() if p.is_file() and p.suffix != ".arrows")
     return found
 
 
