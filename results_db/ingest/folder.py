@@ -388,7 +388,10 @@ def _finish_run(run: Run, result: dict[str, Any], totals: _RunTotals, job_id: st
         run.error = str(result.get("error") or "the run reported failure")[-4000:]
     if totals.truncated and run.status == "done":
         run.status = "partial"
-        run.error = f"metrics cut off mid-line in {', '.join(totals.truncated)}: ingested every whole record"
+        cut = ", ".join(totals.truncated)   # a .jsonl ends mid-line, a rank's event stream mid-batch
+        run.error = f"metrics cut off mid-line in {cut}: ingested every whole record" \
+            if all(name.endswith(".jsonl") for name in totals.truncated) else \
+            f"metrics cut off mid-record in {cut} (a line, or an event stream's batch): ingested every whole one"
         log.warning("run %s: %s", run.id, run.error)
     run.finished_at = run.ingested_at = utcnow()
 

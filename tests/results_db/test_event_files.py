@@ -23,7 +23,7 @@ from results_db.store.runs import PlannedRun, register_runs
 from results_db.ingest.timeline import step_stats
 from workloads.spec import RunSpec
 
-from conftest import mpiexec, scalestudy, write_spec
+from conftest import REPO, mpiexec, scalestudy, write_spec
 
 from synthetic_runs import make_metrics_dir
 
@@ -585,3 +585,49 @@ def test_a_database_id_is_made_once_kept_and_must_be_a_folder_name(tmp_path):
         conn.execute(text("update settings set value = '../elsewhere' where name = 'database_id'"))
     with pytest.raises(event_files.EventFileError, match="is not a folder name"):
         event_files.database_id(engine)
+
+
+def test_a_killed_ranks_stream_keeps_what_it_wrote_and_a_bad_one_is_named(tmp_path):
+    """Issue 63: a rank killed mid-run (``os._exit``, no close) leaves a stream whose handed-over
+    batches read back and whose buffer is lost; cut mid-batch it ingests every whole batch and
+    the run says which file was cut; a file that is not an event stream, or has other columns, is
+    refused in one line naming it, with nothing stored."""
+    import subprocess
+
+    from workloads.event_log import read_events
+
+    run_dir = tmp_path / "run"
+    make_metrics_dir(run_dir, 1, 2, 3)   # the step records and a JSON timeline we replace with a stream
+    lines = (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()
+    (run_dir / "metrics" / "rank-0.jsonl").write_text("\n".join(l for l in lines if '"type":"event"' not in l) + "\n")
+    program = ("import os, sys, time; from workloads.event_log import EventLog; log = EventLog(sys.argv[1], 0, batch=10)\n"
+               "for k in range(25): log.add(step=k // 13, tensor=f't{k}', phase='grad_ready', t0=1.0 + k, t1=1.0 + k)\n"
+               "while log.written < 20: time.sleep(0.01)\n"
+               "os._exit(9)")
+    killed = subprocess.run([sys.executable, "-c", program, str(run_dir)], cwd=REPO)
+    assert killed.returncode == 9
+    assert [e["tensor"] for e in read_events(run_dir, 0)] == [f"t{k}" for k in range(20)]   # 2 batches; 5 lost
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'k.db'}", run_dir)
+    assert len(query.events(engine, [run_id])) == 20 and query.runs(engine, run_ids=[run_id])["status"][0] == "done"
+
+    stream = run_dir / "metrics" / "events-rank-0.arrows"
+    data = stream.read_bytes()
+    stream.write_bytes(data[:-40])   # the second batch cut short
+    engine, run_id = _ingest(f"sqlite:///{tmp_path / 'cut.db'}", run_dir, key="cut")
+    [row] = query.runs(engine, run_ids=[run_id], columns=["status", "error"]).to_dict("records")
+    assert len(query.events(engine, [run_id])) == 10
+    assert row["status"] == "partial" and "events-rank-0.arrows" in row["error"], row
+
+    for name, content, said in (("garbage", b"not an arrow stream at all" * 10, "not an Arrow IPC stream"),
+                                ("columns", None, "its columns are not the timeline's")):
+        if content is None:
+            import pyarrow as pa
+
+            with pa.OSFile(str(stream), "wb") as fh, pa.ipc.new_stream(fh, pa.schema([("step", pa.int64())])) as w:
+                w.write_batch(pa.record_batch([pa.array([1, 2])], names=["step"]))
+        else:
+            stream.write_bytes(content)
+        with pytest.raises(IngestError) as refused:
+            _ingest(f"sqlite:///{tmp_path / f'{name}.db'}", run_dir, key=name)
+        message = str(refused.value)
+        assert str(stream) in message and said in message and "\n" not in message, message
