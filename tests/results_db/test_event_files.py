@@ -631,3 +631,20 @@ def test_a_killed_ranks_stream_keeps_what_it_wrote_and_a_bad_one_is_named(tmp_pa
             _ingest(f"sqlite:///{tmp_path / f'{name}.db'}", run_dir, key=name)
         message = str(refused.value)
         assert str(stream) in message and said in message and "\n" not in message, message
+
+
+def test_a_run_from_the_ranks_streams_ingests_as_its_json_lines_did(tmp_path):
+    """Issue 63: the same run written both ways (``make_metrics_dir``: a JSON line an event, as
+    ranks wrote before; ``make_metrics_streams``: each rank's binary stream, as they write now,
+    the very same floats) gives the same events, per-step measures and two-step window, read back
+    through the event files as through the events table."""
+    from synthetic_runs import make_metrics_streams
+
+    make_metrics_dir(tmp_path / "lines", 3, 12, 45)
+    make_metrics_streams(tmp_path / "streams", 3, 12, 45, batch=200)   # several batches a rank
+    lines_engine, lines_id = _ingest(f"sqlite:///{tmp_path / 'l.db'}", tmp_path / "lines")
+    stream_engine, stream_id = _ingest(f"sqlite:///{tmp_path / 's.db'}", tmp_path / "streams")
+    table_engine, table_id = _ingest(f"sqlite:///{tmp_path / 't.db'}", tmp_path / "streams", table=True)
+    _same(stream_engine, stream_id, lines_engine, lines_id)
+    _same(stream_engine, stream_id, table_engine, table_id)
+    assert len(query.events(stream_engine, [stream_id])) == 3 * 12 * (4 + 45 + 3)
