@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from workloads.run_folder import SPEC_FILE, rank_metrics_file, result_file
+from workloads.run_folder import SPEC_FILE, rank_events_file, rank_metrics_file, result_file
 from workloads.spec import RunSpec
 
 RANK_MODULE = "orchestrator.gpu_check.rank"
@@ -96,8 +96,10 @@ def weights(spec: RunSpec, work: Path, name: str, corrupt: bool = False, timeout
     import numpy as np
 
     arrays = np.load(out_file)
-    events = [json.loads(line) for line in rank_metrics_file(folder, 0).read_text().splitlines()
-              if '"type":"event"' in line and '"allreduce"' in line]
+    from workloads.event_log import read_events   # the rank's timeline stream (workloads/event_log.py)
+
+    stream = rank_events_file(folder, 0)
+    events = [e for e in read_events(folder, 0) if e["phase"] == "allreduce"] if stream.is_file() else []
     per_step: dict[int, int] = {}
     for e in events:
         per_step[e["step"]] = per_step.get(e["step"], 0) + 1
