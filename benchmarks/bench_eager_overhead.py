@@ -58,21 +58,30 @@ def rate(run_dir: Path, warmup: int) -> float:
     return len(gaps) / sum(gaps)
 
 
-def one_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path) -> dict[str, float]:
-    """sync then eager_solo in one MPI job of ``tree``'s code; their rounds per second."""
+def variants_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path,
+                 variants: dict[str, dict]) -> dict[str, float]:
+    """Each variant (name -> the spec's fields it sets over ``case``) in turn, in one MPI job of
+    ``tree``'s code (one start-up for all: ``train_specs.py``); each one's rounds per second.
+    ``bench_timeline_overhead`` runs its timeline off and on through it."""
     specs = []
-    for algorithm in ("sync", "eager_solo"):
-        folder = Path(tempfile.mkdtemp(prefix=f"{algorithm}-", dir=scratch))
+    for name, fields in variants.items():
+        folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=scratch))
         per_epoch = min(steps, 2458 // (case["batch_size"] * ranks)) if case["dataset"] == "synthetic_images" else steps
         spec = {"study": "bench", "site": "local", "nodes": 1, "workers_per_node": ranks, "threads_per_node": ranks,
-                "epochs": -(-steps // per_epoch), "steps_per_epoch": per_epoch, "algorithm": algorithm, **case}
+                "epochs": -(-steps // per_epoch), "steps_per_epoch": per_epoch, **case, **fields}
         (folder / "spec.json").write_text(json.dumps(spec))
         specs.append(folder / "spec.json")
     mpiexec(ranks, [tree / "tests" / "mpi_programs" / "train_specs.py", *specs], tree=tree)
-    out = {alg: rate(spec.parent, warmup) for alg, spec in zip(("sync", "eager_solo"), specs)}
+    out = {name: rate(spec.parent, warmup) for name, spec in zip(variants, specs)}
     for spec in specs:
         shutil.rmtree(spec.parent, ignore_errors=True)
     return out
+
+
+def one_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path) -> dict[str, float]:
+    """sync then eager_solo in one MPI job of ``tree``'s code; their rounds per second."""
+    return variants_job(tree, case, ranks, steps, warmup, scratch,
+                        {alg: {"algorithm": alg} for alg in ("sync", "eager_solo")})
 
 
 def main() -> None:

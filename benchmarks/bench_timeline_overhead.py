@@ -24,31 +24,18 @@ measured with the others' compute competing, as on an oversubscribed node, never
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from bench_eager_overhead import CASES, rate
-from harness import interleave, median, mpiexec, summary, trees
+from bench_eager_overhead import CASES, variants_job
+from harness import interleave, median, summary, trees
 
 
 def one_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path) -> dict[str, float]:
     """sync with the timeline off, then on, in one MPI job of ``tree``'s code; their rounds/s."""
-    specs = []
-    for timeline in (False, True):
-        folder = Path(tempfile.mkdtemp(prefix=f"timeline-{timeline}-", dir=scratch))
-        per_epoch = min(steps, 2458 // (case["batch_size"] * ranks))
-        spec = {"study": "bench", "site": "local", "nodes": 1, "workers_per_node": ranks, "threads_per_node": ranks,
-                "epochs": -(-steps // per_epoch), "steps_per_epoch": per_epoch, "algorithm": "sync",
-                "timeline": timeline, **case}
-        (folder / "spec.json").write_text(json.dumps(spec))
-        specs.append(folder / "spec.json")
-    mpiexec(ranks, [tree / "tests" / "mpi_programs" / "train_specs.py", *specs], tree=tree)
-    out = {name: rate(spec.parent, warmup) for name, spec in zip(("off", "on"), specs)}
-    for spec in specs:
-        shutil.rmtree(spec.parent, ignore_errors=True)
-    return out
+    return variants_job(tree, case, ranks, steps, warmup, scratch,
+                        {name: {"algorithm": "sync", "timeline": on} for name, on in (("off", False), ("on", True))})
 
 
 def main() -> None:

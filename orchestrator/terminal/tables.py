@@ -35,12 +35,14 @@ def cell(value: Any) -> str:
 
 def _places(spread: float) -> int | None:
     """Decimal places that show ``spread`` (an interval's width, a standard deviation) to 2
-    significant digits: what the value beside it supports (perf_model.predict's rule)."""
+    significant digits: what the value beside it supports (the planner's rule, ``band_digits``)."""
     import math
 
     if not (isinstance(spread, (int, float)) and math.isfinite(spread) and spread > 0):
         return None
-    return 1 - math.floor(math.log10(spread))
+    from perf_model.predict import band_digits
+
+    return band_digits(0.0, float(spread))
 
 
 def _to(value: float, places: int) -> str:

@@ -128,6 +128,7 @@ def _kept(files: PackedRunFiles, runs: int) -> str:
             + (f"; {len(files.cut)} cut" if files.cut else "")
             + (f"; runs {', '.join(map(str, files.left_out))} left out past the total" if files.left_out else "")
             + (f"; runs {', '.join(map(str, files.missing))} had no folder on the packing host" if files.missing else "")
+            + (f"; unreadable, left out: {', '.join(files.unreadable)}" if files.unreadable else "")
             + ")")
 
 

@@ -43,6 +43,7 @@ class PackedRunFiles:
     cut: list[str] = field(default_factory=list)          # files cut at FILE_CAP
     left_out: list[int] = field(default_factory=list)     # runs whose files did not fit TOTAL_CAP
     missing: list[int] = field(default_factory=list)      # runs whose folder is not on this file system
+    unreadable: list[str] = field(default_factory=list)   # files that could not be read, and why
 
 
 def _run_folder_files(folder: Path) -> list[Path]:
@@ -83,7 +84,11 @@ def pack_run_files(runs: pd.DataFrame, out: Path, scrub: Callable[[str], str]) -
             continue
         texts = []
         for path in _run_folder_files(folder):
-            text, cut = _capped_text(path)
+            try:
+                text, cut = _capped_text(path)
+            except OSError as exc:   # unreadable (permissions, a file system gone): said, not fatal
+                packed.unreadable.append(f"{run_id}/{path.relative_to(folder)} ({exc.strerror or exc})")
+                continue
             texts.append((path.relative_to(folder), scrub(text), cut))
         size = sum(len(t.encode()) for _, t, _ in texts)
         if packed.bytes + size > TOTAL_CAP:

@@ -54,6 +54,14 @@ def chrome_trace(engine: Engine, run_id: int, steps: tuple[int, int] | None = No
     ``steps=(first, last)`` (inclusive) and ``ranks`` keep a window: a 256-rank, 1,000-step run
     holds tens of millions of events, more than a trace viewer opens, and a window of steps is
     read from the run's event file alone (its row groups by step), not the whole run."""
+    run, events, steps_in, window = _read_window(engine, run_id, steps, ranks)
+    return _trace(run, run_id, events, steps_in, window)
+
+
+def _read_window(engine: Engine, run_id: int, steps: tuple[int, int] | None,
+                 ranks: Sequence[int] | None) -> tuple[pd.Series, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The run's row, its events and steps in the window, and the window as ``otherData`` names it;
+    ``TraceError`` where there is no such run or nothing in the window."""
     runs = query.runs(engine, run_ids=[run_id], columns=["run_id", "run_key", "study", "algorithm", "world_size"])
     if runs.empty:
         raise TraceError(f"run {run_id}: no such run")
@@ -71,7 +79,7 @@ def chrome_trace(engine: Engine, run_id: int, steps: tuple[int, int] | None = No
         raise TraceError(f"run {run_id}: no timeline and no steps recorded (run it with timeline=true)")
     window = {"steps": list(steps) if steps is not None else "all",
               "ranks": sorted(int(r) for r in ranks) if ranks is not None else "all"}
-    return _trace(runs.iloc[0], run_id, events, steps_in, window)
+    return runs.iloc[0], events, steps_in, window
 
 
 def _window(steps: tuple[int, int] | None, ranks: Sequence[int] | None) -> str:
@@ -118,11 +126,7 @@ def _trace(run: pd.Series, run_id: int, events: pd.DataFrame, steps: pd.DataFram
             event.update(ph="i", s="t")
         out.append(event)
     ranks = sorted(set(int(r) for r in steps["rank"]) | set(int(r) for r in events["rank"]))
-    meta = []
-    for rank in ranks:
-        meta += [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
-                 {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
-                 {"name": "thread_name", "ph": "M", "pid": rank, "tid": STEP_TRACK, "args": {"name": "step"}}]
+    meta = _rank_meta(ranks)
     for (rank, name), number in tracks.items():
         meta.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": number, "args": {"name": name}})
     return {"traceEvents": meta + out, "displayTimeUnit": "ms",
@@ -138,32 +142,17 @@ def write_chrome_trace(engine: Engine, run_id: int, path: Path, steps: tuple[int
     timeline events (steps excluded).
 
     The same trace as ``chrome_trace``'s dict, written as text an event a line: a dict and a
-    ``json.dump`` per event took 28.8 s for a 10^6-event window, of which the events' own fields
+    ``json.dump`` per event took 13 s for a 10^6-event window here (``bench_trace_export.py``;
+    ``chrome_trace`` keeps that form, for a caller who wants the dict), of which the events' own fields
     are a handful of numbers and a few distinct names. Here each distinct name, phase and fused
     list is escaped once, the numbers formatted by ``repr`` (what ``json`` writes for a float), and
     the lines joined in chunks (``tests/results_db/test_chrome_trace.py`` parses the file and
     compares it with the dict)."""
-    runs = query.runs(engine, run_ids=[run_id], columns=["run_id", "run_key", "study", "algorithm", "world_size"])
-    if runs.empty:
-        raise TraceError(f"run {run_id}: no such run")
-    events = query.events(engine, [run_id], steps=steps)
-    step_rows = query.steps(engine, [run_id])
-    if steps is not None:
-        step_rows = step_rows[step_rows["step"].between(*steps)]
-    if ranks is not None:
-        events = events[events["rank"].isin(list(ranks))]
-        step_rows = step_rows[step_rows["rank"].isin(list(ranks))]
-    events, steps_in = events.reset_index(drop=True), step_rows.reset_index(drop=True)
-    if events.empty and steps_in.empty:
-        if steps is not None or ranks is not None:
-            raise TraceError(f"run {run_id}: nothing recorded in {_window(steps, ranks)}")
-        raise TraceError(f"run {run_id}: no timeline and no steps recorded (run it with timeline=true)")
-    window = {"steps": list(steps) if steps is not None else "all",
-              "ranks": sorted(int(r) for r in ranks) if ranks is not None else "all"}
+    run, events, steps_in, window = _read_window(engine, run_id, steps, ranks)
     # the steps and the metadata as the dict form has them (few); the events as text (many)
     starts = [a.min() for a in (events["t0"].to_numpy(dtype=float), steps_in["t_start"].to_numpy(dtype=float)) if a.size]
     origin = float(min(starts))
-    head = _trace(runs.iloc[0], run_id, events.iloc[0:0], steps_in, window, origin)
+    head = _trace(run, run_id, events.iloc[0:0], steps_in, window, origin)
     shown = {e["pid"] for e in head["traceEvents"] if e["ph"] == "M"}
     ranks_only_in_events = sorted(set(int(r) for r in events["rank"]) - shown)
     chunks, tracks = _event_lines(events, origin)

@@ -384,3 +384,24 @@ def test_a_run_file_past_the_cap_is_cut_at_a_line_and_says_so(tmp_path, monkeypa
     assert log.startswith("line one is long\nline two\n[scalestudy artifact pack: cut here")
     assert "11 bytes more" in log and packed.cut == ["runs/7/workload.log"]
     assert (tmp_path / "out" / "runs" / "7" / "metrics" / "rank-0.jsonl").read_text() == "{}\n"
+
+
+
+def test_an_unreadable_run_file_is_left_out_and_said(tmp_path, monkeypatch):
+    """A run file the packer cannot read (permissions; root reads anything, so the read is made to
+    fail) is left out and named with its reason, not a traceback that leaves no artifact."""
+    import pandas as pd
+
+    from results_db.publish import run_files
+
+    run = tmp_path / "run"
+    (run / "metrics").mkdir(parents=True)
+    (run / "workload.log").write_text("fine\n")
+    (run / "metrics" / "rank-0.jsonl").write_text("{}\n")
+    real = run_files._capped_text
+    monkeypatch.setattr(run_files, "_capped_text", lambda p: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+                        if p.name == "rank-0.jsonl" else real(p))
+    packed = run_files.pack_run_files(pd.DataFrame([{"run_id": 4, "run_dir": str(run)}]), tmp_path / "out",
+                                      lambda text: text)
+    assert (tmp_path / "out" / "runs" / "4" / "workload.log").read_text() == "fine\n"
+    assert packed.unreadable == ["4/metrics/rank-0.jsonl (Permission denied)"] and packed.files == 1

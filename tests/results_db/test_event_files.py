@@ -602,9 +602,10 @@ def test_a_killed_ranks_stream_keeps_what_it_wrote_and_a_bad_one_is_named(tmp_pa
     (run_dir / "metrics" / "rank-0.jsonl").write_text("\n".join(l for l in lines if '"type":"event"' not in l) + "\n")
     program = ("import os, sys, time; from workloads.event_log import EventLog; log = EventLog(sys.argv[1], 0, batch=10)\n"
                "for k in range(25): log.add(step=k // 13, tensor=f't{k}', phase='grad_ready', t0=1.0 + k, t1=1.0 + k)\n"
-               "while log.written < 20: time.sleep(0.01)\n"
-               "os._exit(9)")
-    killed = subprocess.run([sys.executable, "-c", program, str(run_dir)], cwd=REPO)
+               "deadline = time.monotonic() + 120\n"   # the writer's two batches on disk: an event, with a ceiling
+               "while log.written < 20 and time.monotonic() < deadline: time.sleep(0.01)\n"
+               "os._exit(9 if log.written >= 20 else 3)")
+    killed = subprocess.run([sys.executable, "-c", program, str(run_dir)], cwd=REPO, timeout=300)
     assert killed.returncode == 9
     assert [e["tensor"] for e in read_events(run_dir, 0)] == [f"t{k}" for k in range(20)]   # 2 batches; 5 lost
     engine, run_id = _ingest(f"sqlite:///{tmp_path / 'k.db'}", run_dir)
