@@ -29,6 +29,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harness import REPO, interleave, median, mpiexec, summary, trees
 
@@ -59,10 +60,11 @@ def rate(run_dir: Path, warmup: int) -> float:
 
 
 def variants_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, scratch: Path,
-                 variants: dict[str, dict]) -> dict[str, float]:
+                 variants: dict[str, dict], read=rate) -> dict[str, Any]:
     """Each variant (name -> the spec's fields it sets over ``case``) in turn, in one MPI job of
-    ``tree``'s code (one start-up for all: ``train_specs.py``); each one's rounds per second.
-    ``bench_timeline_overhead`` runs its timeline off and on through it."""
+    ``tree``'s code (one start-up for all: ``train_specs.py``); what ``read(run folder, warmup)``
+    says of each (its rounds per second). ``bench_timeline_overhead`` runs its timeline off and
+    on through it."""
     specs = []
     for name, fields in variants.items():
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=scratch))
@@ -72,7 +74,7 @@ def variants_job(tree: Path, case: dict, ranks: int, steps: int, warmup: int, sc
         (folder / "spec.json").write_text(json.dumps(spec))
         specs.append(folder / "spec.json")
     mpiexec(ranks, [tree / "tests" / "mpi_programs" / "train_specs.py", *specs], tree=tree)
-    out = {name: rate(spec.parent, warmup) for name, spec in zip(variants, specs)}
+    out = {name: read(spec.parent, warmup) for name, spec in zip(variants, specs)}
     for spec in specs:
         shutil.rmtree(spec.parent, ignore_errors=True)
     return out

@@ -2,7 +2,7 @@
 lines, and the run's event file (Parquet) against the ``events`` table.
 
     python benchmarks/bench_timeline_scale.py [--ranks 64 256] [--steps 1000] [--events 60] [--repeats 5]
-        [--stores file table] [--before DIR]
+        [--stores file table] [--before DIR [--before-streams]]
 
 Per rank count, one metrics folder shaped as the workload writes with ``timeline=true``
 (``tests/synthetic_runs.py``: per rank and step four phases, ``--events`` gradient-ready events, a fused
@@ -14,7 +14,8 @@ ingested into a fresh SQLite database, alternately (A B A B ...):
   (what a PostgreSQL database without ``SCALESTUDY_EVENTS_DIR`` does);
 - before (``--before DIR``, a checkout of an earlier commit: ``git worktree add DIR COMMIT``): that
   tree's own ingestion (file) of the same run as its ranks wrote it then, JSON lines
-  (``make_metrics_dir``: the same events, to the float), through that tree's copy of this script.
+  (``make_metrics_dir``: the same events, to the float), through that tree's copy of this script;
+  with ``--before-streams``, of the same streams (a tree that reads them).
 
 Each ingestion runs in a process of its own (``--child``), pyarrow and pandas imported first, so
 that its peak RSS is what ingestion adds. Measured: ingestion seconds (parse, store, derive
@@ -100,6 +101,8 @@ def main() -> None:
                     help="file alone: the absolute figures of a shape too large to ingest as rows 5 times")
     ap.add_argument("--before", default=None, metavar="DIR",
                     help="an earlier tree: its ingestion of the run's JSON lines, interleaved with this one's")
+    ap.add_argument("--before-streams", action="store_true",
+                    help="the earlier tree ingests the same binary streams (a tree since the streams, 2751719)")
     ap.add_argument("--child", nargs=4, metavar=("RUN_DIR", "DB", "MODE", "WINDOW"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -121,7 +124,10 @@ def main() -> None:
             print(f"{ranks} ranks x {args.steps} steps: {records:,} step+event records, {size:.2f} GB as the ranks' "
                   "binary streams and step lines", flush=True)
             variants = {mode: (lambda mode=mode: one(run_dir, mode, args.steps // 2)) for mode in args.stores}
-            if args.before:
+            if args.before and args.before_streams:
+                variants = {"before": lambda: one(run_dir, "file", args.steps // 2, Path(args.before).absolute()),
+                            **variants}
+            elif args.before:
                 json_dir = work / f"json-{ranks}"
                 make_metrics_dir(json_dir, ranks, args.steps, args.events)
                 size = sum(p.stat().st_size for p in (json_dir / "metrics").iterdir()) / 2**30

@@ -3,8 +3,7 @@ stream (``run_folder.rank_events_file``).
 
 Why Arrow IPC and not JSON lines: a 256-rank, 1,000-step timeline of ResNet-50's shape is 44.8 M
 events, 7.0 GB as JSON, whose parse was the floor of ingestion (48.6 s). As columns the same
-events are typed numbers and dictionary-coded names that ingestion reads without parsing (a
-memory map), and pyarrow is already a dependency. Why a stream and not Parquet or an IPC file:
+events are typed numbers and dictionary-coded names that ingestion reads without parsing, and pyarrow is already a dependency. Why a stream and not Parquet or an IPC file:
 a stream is readable up to its last complete batch, so a rank killed mid-run loses at most the
 buffer it had not handed over; a Parquet file or an IPC file is unreadable without the footer
 written at close. Why not fixed-width numpy records: names (tensors, phases, a fused buffer's
@@ -69,12 +68,17 @@ class EventLog:
         self.batch = batch
         self._file = pa.OSFile(str(self.path), "wb")
         self._writer = pa.ipc.new_stream(self._file, stream_schema())
+        # the first batch a process builds costs ~0.28 s of CPU (pyarrow loads its compute functions
+        # for the names' dictionary coding): paid here, before training, as the import is, and not
+        # by the writer thread beside the first steps (measured there: 4 % of a 24-step run's time)
+        batch_of({name: [0] if name == "step" else [None] for name in FIELDS})
         self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)
         self._queue: queue.Queue = queue.Queue(QUEUED)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="event-log-writer", daemon=True)
         self._thread.start()
         self.written = 0
+        self.writer_cpu_seconds = 0.0   # the writer thread's CPU time: what the timeline costs off the loop
 
     def add(self, step: int, tensor: str | None, phase: str, t0: float, t1: float, bytes: int = 0,
             tensors: Any = None, arrival: float | None = None, **_: Any) -> None:
@@ -98,21 +102,33 @@ class EventLog:
             self._cols = tuple([] for _ in FIELDS)
 
     def _run(self) -> None:
+        import time
+
         while True:
             cols = self._queue.get()
             if cols is None:
                 return
             try:
                 if self._error is None:
+                    cpu = time.thread_time()
                     self._writer.write_batch(batch_of(dict(zip(FIELDS, cols))))
                     self._file.flush()   # what is written stays readable if the rank is killed next
+                    self.writer_cpu_seconds += time.thread_time() - cpu
                     self.written += len(cols[0])
             except BaseException as exc:  # noqa: BLE001  (raised in the rank at its next hand-over)
                 self._error = exc
+            finally:
+                self._queue.task_done()
 
     def flush(self) -> None:
         """Hand over what is buffered (an epoch's end: the events so far reach the disk soon)."""
         self._hand_over()
+
+    def written_all(self) -> None:
+        """Hand over what is buffered and wait until the writer thread has written it all (the
+        training over: ``writer_cpu_seconds`` then counts every event)."""
+        self._hand_over()
+        self._queue.join()
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -95,6 +95,15 @@ class MetricsWriter:
         else:
             self._write("event", fields)
 
+    def events_cost(self) -> dict[str, float] | None:
+        """What the binary stream's writer thread cost: its CPU seconds and the events it wrote,
+        every event added (it waits for the thread to write them); None without a stream. Called
+        once training is over: the wait is not a step's."""
+        if self._events is None:
+            return None
+        self._events.written_all()
+        return {"writer_cpu_seconds": self._events.writer_cpu_seconds, "events_written": self._events.written}
+
     def round(self, **fields: Any) -> None:
         self._write("round", fields)
 

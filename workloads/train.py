@@ -260,6 +260,7 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
     total_steps = per_epoch * spec.epochs
     step = gradients = samples_computed = evaluated = 0
     eval_seconds = 0.0
+    timeline_loop, timeline_events = 0.0, 0   # the timeline's time on this loop, and its events written
     last_top1 = last_loss = float("nan")
     # eager-SGD evaluates without a collective (workloads/evaluation.py): a barrier each epoch would
     # hold every rank to the slowest; an emulated run computes nothing worth scoring
@@ -284,11 +285,13 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
             samples_computed += len(idx)
             record_step(writer, phases, step, epoch, len(idx), t_start, loss.item(), marks)
             if spec.timeline:   # drained every step; written in the spec's window and rank sample only
+                loop_start = time.perf_counter()
                 events = [e for e in engine.drain_events() if spec.records_timeline(int(e.get("step", step)), rank)]
                 # an engine event may be drained a step late: each is kept by its own step, the
                 # training thread's phases by this one
-                _write_step_events(writer, step, t_start, marks[0], marks[1:], events,
-                                   phases=spec.records_timeline(step, rank))
+                timeline_events += _write_step_events(writer, step, t_start, marks[0], marks[1:], events,
+                                                      phases=spec.records_timeline(step, rank))
+                timeline_loop += time.perf_counter() - loop_start
             _write_rounds(writer, rank, engine.drain_rounds())
             step = min(engine.next_step(step), total_steps)
             # every epoch this rank's steps have passed ends with an evaluation (each rank ends every
@@ -319,6 +322,10 @@ def _synchronous_loop(spec: RunSpec, comm: MPI.Comm, clock: AlignedClock, writer
                            loss=last_loss, global_batch=sampler.global_batch_size,
                            gradients=comm.allreduce(gradients))
     _add_run_facts(outcome, engine, data, device, comm, run_dir)
+    if spec.timeline:
+        outcome.summary["rank_summary"]["timeline_cost"] = {
+            "loop_seconds": timeline_loop, "events": timeline_events, "train_seconds": train_seconds,
+            **(writer.events_cost() or {})}
     return outcome
 
 
@@ -338,15 +345,18 @@ def _add_run_facts(outcome: TrainOutcome, engine, data: Dataset, device: torch.d
 
 
 def _write_step_events(writer: MetricsWriter, step: int, t_start: float, t0: float,
-                       marks: tuple[float, ...], engine_events: list[dict[str, Any]], phases: bool = True) -> None:
-    """Main-thread phases (on the aligned clock) plus the engine's events for this step."""
+                       marks: tuple[float, ...], engine_events: list[dict[str, Any]], phases: bool = True) -> int:
+    """Main-thread phases (on the aligned clock) plus the engine's events for this step; how many."""
     def at(t: float) -> float:
         return t_start + (t - t0)
 
     t1, t2, t2d, t3, t4, t5 = marks
+    written = 0
     for phase, a, b in (("forward", t1, t2), ("delay", t2, t2d), ("backward", t2d, t3), ("wait", t3, t4),
                         ("update", t4, t5)):
         if phases and (b > a or phase != "delay"):
             writer.event(step=step, tensor="-", phase=phase, t0=at(a), t1=at(b), bytes=0)
+            written += 1
     for event in engine_events:
         writer.event(**event)
+    return written + len(engine_events)

@@ -103,14 +103,17 @@ def _derive_windows(session: Session, run_id: int, window, lo: int, hi: int, sin
         _insert_step_stats(session, run_id, stats[stats["step"] >= start])
 
 
+_STATS_ROWS = 4096   # per-step measures inserted at a time: a dict a step (~1 KB) for 10^5 steps was 100 MiB
+
+
 def _insert_step_stats(session: Session, run_id: int, stats) -> None:
-    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-               for r in stats.to_dict("records")]
-    for r in records:
-        r["run_id"] = run_id
-        r["step"] = int(r["step"])
-        r["collectives"] = int(r["collectives"])
-    if records:
+    for start in range(0, len(stats), _STATS_ROWS):
+        records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                   for r in stats.iloc[start:start + _STATS_ROWS].to_dict("records")]
+        for r in records:
+            r["run_id"] = run_id
+            r["step"] = int(r["step"])
+            r["collectives"] = int(r["collectives"])
         session.execute(insert(StepStat), records)
 
 

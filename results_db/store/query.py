@@ -199,6 +199,29 @@ def rounds(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
+TIMELINE_COST_COLUMNS = ["run_id", "rank", "events", "loop_seconds", "writer_cpu_seconds", "train_seconds", "share"]
+
+
+def timeline_cost(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
+    """What each ``timeline=true`` rank's timeline cost it, by its own count (``timeline_cost`` in
+    its summary): the seconds its training loop spent handing events over, its writer thread's
+    CPU seconds, and their ``share`` of its training time, an upper bound of what the timeline
+    took from its steps but for the stamps (a dict per gradient, ~0.16 us each). Ranks without a
+    timeline, or of runs written before the count, have no row."""
+    stmt = (select(RankSummary.run_id, RankSummary.rank, RankSummary.summary)
+            .where(RankSummary.run_id.in_(plain_ids(run_ids))).order_by(RankSummary.run_id, RankSummary.rank))
+    rows = []
+    with engine.connect() as conn:
+        for run_id, rank, summary in conn.execute(stmt):
+            cost = summary.get("timeline_cost") if isinstance(summary, dict) else None
+            if not isinstance(cost, dict):
+                continue
+            spent = cost["loop_seconds"] + cost.get("writer_cpu_seconds", 0.0)
+            rows.append([run_id, rank, cost["events"], cost["loop_seconds"], cost.get("writer_cpu_seconds"),
+                         cost["train_seconds"], spent / cost["train_seconds"] if cost["train_seconds"] else None])
+    return pd.DataFrame(rows, columns=TIMELINE_COST_COLUMNS)
+
+
 ENERGY_BY_HOST_COLUMNS = ["run_id", "host", "source", "joules", "seconds", "watts", "domains", "kind", "note"]
 
 

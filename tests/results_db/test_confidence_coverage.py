@@ -107,6 +107,23 @@ def test_the_ratio_interval_keeps_its_promise_at_unequal_repeats_and_noise(kind,
     assert false <= 0.053 + mc, false
 
 
+def test_at_three_repeats_welchs_own_interval_spans_both_ends_of_the_band():
+    """Why the upper bound under heavy tails is 98 % at 3 repeats (issue 61 asked 97 %): Welch's own
+    interval at 3 against 3, with no unequal-repeats rule involved, already spans the band's both
+    ends. With one side 3x noisier under normal noise it is at 95 % (false verdicts at the 5 %
+    promised: a df raised anywhere there breaks it), while with equal sides under Student-t(3) it
+    is over 97 %: from 3 runs a side, the samples cannot tell these cases apart (tried: a df raised
+    where the two sides' variances look alike brought the second to 96.8 % and the first to 94.1 %,
+    under its 95 %). From 5 repeats a side the unequal cases are at most 96.8 % (the test above)."""
+    rng = np.random.default_rng(63)
+    x, y = _unequal(rng, (3, 3, 1, 3), "normal", 1.2, 40_000)
+    r = confidence.log_ratio_test(x, y)
+    assert covered(r["low"], r["high"], 1.2) < 0.953
+    x, y = _unequal(rng, (3, 3, 1, 1), "heavy", 1.2, 40_000)
+    r = confidence.log_ratio_test(x, y)
+    assert covered(r["low"], r["high"], 1.2) > 0.971
+
+
 @pytest.mark.parametrize("case", [(3, 20, 1, 1), (10, 3, 1, 3)], ids=["3-vs-20", "10-vs-3x3"])
 def test_welchs_own_degrees_of_freedom_give_false_verdicts_at_unequal_repeats(case, monkeypatch):
     """The control: the rule one would write first, Welch's degrees of freedom as they come (the

@@ -46,6 +46,27 @@ def test_step_stats_by_hand():
     assert stats.loc[2, "collectives"] == 0
 
 
+def test_the_arrival_spread_folded_in_chunks_equals_one_groupby():
+    """``ArrivalSpread`` keeps (step, buffer) extremes in sorted arrays, folded chunk by chunk in
+    any order: against one pandas groupby over the whole (independent), with ranks that recorded
+    no arrival (NaN) and a buffer named "" among them."""
+    from results_db.ingest.timeline import StepStats
+
+    rng = np.random.default_rng(7)
+    n = 6000
+    events = pd.DataFrame({"rank": rng.integers(0, 6, n), "step": rng.integers(0, 50, n),
+                           "tensor": rng.choice(["fused-0", "fused-1", "fused-2", ""], n), "phase": "allreduce",
+                           "t0": rng.random(n), "t1": 1 + rng.random(n), "arrival": rng.random(n)})
+    events.loc[rng.random(n) < 0.1, "arrival"] = np.nan
+    stats = StepStats()
+    for rank in rng.permutation(6):   # a rank at a time, as ingestion folds them, in no order
+        stats.add(events[events["rank"] == rank])
+    got = stats.result().set_index("step")
+    spread = events.groupby(["step", "tensor"])["arrival"].agg(lambda a: a.max() - a.min()).groupby(level=0)
+    assert np.allclose(got["arrival_skew_max"], spread.max().reindex(got.index), equal_nan=True)
+    assert np.allclose(got["arrival_skew_mean"], spread.mean().reindex(got.index), equal_nan=True)
+
+
 @pytest.mark.mpi
 def test_timeline_run_records_and_derives(tmp_path):
     run_dir = tmp_path / "run"
@@ -68,6 +89,14 @@ def test_timeline_run_records_and_derives(tmp_path):
             assert all(e["t0"] <= e["t1"] and e["arrival"] <= e["t1"] for e in fused)
             phases = {e["phase"] for e in mine}
             assert {"forward", "backward", "wait", "update", "negotiate"} <= phases
+        # the rank's own count of what its timeline cost (bench_timeline_overhead reads it): every
+        # event the stream holds, counted by the loop and written by the thread before the count;
+        # its times within the training time
+        [end] = [json.loads(line) for line in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()
+                 if json.loads(line)["type"] == "run_end"]
+        cost = end["summary"]["timeline_cost"]
+        assert cost["events"] == cost["events_written"] == len(events)
+        assert 0 < cost["loop_seconds"] < cost["train_seconds"] and 0 <= cost["writer_cpu_seconds"] < cost["train_seconds"]
 
     engine = connect(f"sqlite:///{tmp_path / 'r.db'}")
     [d] = register_runs(engine, "tl", [PlannedRun("k", spec.to_dict(), str(run_dir))])
@@ -79,6 +108,9 @@ def test_timeline_run_records_and_derives(tmp_path):
     assert stats["update_delay"].iloc[1:].gt(0).all()
     ev = query.events(engine, [d.run_id], phases=["allreduce"])
     assert set(ev["rank"]) == {0, 1} and ev["tensors"].notna().all()
+    cost = query.timeline_cost(engine, [d.run_id])
+    assert list(cost["rank"]) == [0, 1] and (cost["events"] == [len(read_events(run_dir, r)) for r in (0, 1)]).all()
+    assert cost["share"].between(0, 1).all()
 
 
 def _run_timeline(run_dir, **fields):
