@@ -1,7 +1,7 @@
 """What the fine-grain timeline costs a training step: sync's rounds per second with ``timeline=true``
 over ``timeline=false``, the two alternated inside each MPI job (issue 63).
 
-    python benchmarks/bench_timeline_overhead.py [--ranks 2 8] [--repeats 5] [--pairs 3]
+    python benchmarks/bench_timeline_overhead.py [--ranks 2 8] [--repeats 5] [--pairs 2]
         [--cases resnet20,resnet50] [--steps 24] [--warmup 6] [--before DIR]
 
 Each round, for each case and rank count, one MPI job runs sync ``2 × --pairs`` times in turn (one
@@ -104,11 +104,13 @@ def main() -> None:
     ap.add_argument("--before", default=None)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 8])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--pairs", type=int, default=3, help="off/on pairs a job (ABBA order)")
+    ap.add_argument("--pairs", type=int, default=2, help="off/on pairs a job, even (ABBA blocks)")
     ap.add_argument("--cases", default="resnet20,resnet50")
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--warmup", type=int, default=6)
     args = ap.parse_args()
+    if args.pairs < 2 or args.pairs % 2:
+        ap.error(f"--pairs {args.pairs}: an even number, 2 or more (whole ABBA blocks: off on on off)")
     scratch = Path(tempfile.mkdtemp(prefix="bench-timeline-overhead-"))
     sources = trees(args.before)
     plan = [(c, n, t) for c in args.cases.split(",") for n in args.ranks for t in sources]

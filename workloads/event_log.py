@@ -3,8 +3,8 @@ stream (``run_folder.rank_events_file``).
 
 Why Arrow IPC and not JSON lines: a 256-rank, 1,000-step timeline of ResNet-50's shape is 44.8 M
 events, 7.0 GB as JSON, whose parse was the floor of ingestion (48.6 s). As columns the same
-events are typed numbers and dictionary-coded names that ingestion reads without parsing, and pyarrow is already a dependency. Why a stream and not Parquet or an IPC file:
-a stream is readable up to its last complete batch, so a rank killed mid-run loses at most the
+events are typed numbers and dictionary-coded names that ingestion reads without parsing, and
+pyarrow is already a dependency. Why a stream and not Parquet or an IPC file: a stream is readable up to its last complete batch, so a rank killed mid-run loses at most the
 buffer it had not handed over; a Parquet file or an IPC file is unreadable without the footer
 written at close. Why not fixed-width numpy records: names (tensors, phases, a fused buffer's
 members) would need a side table of their own; a stream carries its dictionaries.
@@ -68,9 +68,9 @@ class EventLog:
         self.batch = batch
         self._file = pa.OSFile(str(self.path), "wb")
         self._writer = pa.ipc.new_stream(self._file, stream_schema())
-        # the first batch a process builds costs ~0.28 s of CPU (pyarrow loads its compute functions
+        # the first batch a process builds costs 0.2-0.3 s of CPU (pyarrow loads its compute functions
         # for the names' dictionary coding): paid here, before training, as the import is, and not
-        # by the writer thread beside the first steps (measured there: 4 % of a 24-step run's time)
+        # by the writer thread beside the first steps (there it was 4-8 % of a 24-step run's time)
         batch_of({name: [0] if name == "step" else [None] for name in FIELDS})
         self._cols: tuple[list, ...] = tuple([] for _ in FIELDS)
         self._queue: queue.Queue = queue.Queue(QUEUED)
@@ -107,6 +107,7 @@ class EventLog:
         while True:
             cols = self._queue.get()
             if cols is None:
+                self._queue.task_done()
                 return
             try:
                 if self._error is None:
@@ -126,7 +127,9 @@ class EventLog:
 
     def written_all(self) -> None:
         """Hand over what is buffered and wait until the writer thread has written it all (the
-        training over: ``writer_cpu_seconds`` then counts every event)."""
+        training over: ``writer_cpu_seconds`` then counts every event); after ``close``, nothing."""
+        if not self._thread.is_alive():
+            return
         self._hand_over()
         self._queue.join()
 

@@ -44,6 +44,8 @@ class ArrivalSpread:
         self.last = np.empty(0)
 
     def add(self, step: np.ndarray, tensor: pd.Series, arrival: np.ndarray) -> None:
+        """A chunk's arrivals merged in: every pair's extremes kept sorted by key (the chunk's
+        pairs and those held, sorted together and reduced), so chunks fold in any order."""
         local, names = pd.factorize(tensor, use_na_sentinel=False)
         codes = np.array([self._codes.setdefault(n, len(self._codes)) for n in names], dtype=np.int64)
         if len(self._codes) >= 1 << self._CODE_BITS:
@@ -95,7 +97,8 @@ class StepStats:
             sums["allreduce_n"] = per_rank.groupby("step").count()
             count = coll.groupby(["step", "rank"]).size().groupby("step").max().astype("float64")
             self._collectives = pd.concat([self._collectives, count]).groupby(level=0).max()
-            self._arrival.add(coll["step"].to_numpy(), coll["tensor"], coll["arrival"].to_numpy(dtype="float64"))
+            named = coll[coll["tensor"].notna()]   # a buffer without a name is no group (as groupby drops it)
+            self._arrival.add(named["step"].to_numpy(), named["tensor"], named["arrival"].to_numpy(dtype="float64"))
 
             backward = events[events["phase"] == "backward"][["rank", "step", "t0", "t1"]]
             joined = coll.merge(backward, on=["rank", "step"], suffixes=("", "_bwd"))

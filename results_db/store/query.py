@@ -205,9 +205,10 @@ TIMELINE_COST_COLUMNS = ["run_id", "rank", "events", "loop_seconds", "writer_cpu
 def timeline_cost(engine: Engine, run_ids: Sequence[int]) -> pd.DataFrame:
     """What each ``timeline=true`` rank's timeline cost it, by its own count (``timeline_cost`` in
     its summary): the seconds its training loop spent handing events over, its writer thread's
-    CPU seconds, and their ``share`` of its training time, an upper bound of what the timeline
-    took from its steps but for the stamps (a dict per gradient, ~0.16 us each). Ranks without a
-    timeline, or of runs written before the count, have no row."""
+    CPU seconds, and their ``share`` of its training time: the timeline's own count, which leaves
+    out the stamps (a dict per gradient, ~0.16 us each) and what the writer thread's GIL and cache
+    use cost the loop beyond its CPU time. Ranks without a timeline, or of runs written before the
+    count, have no row."""
     stmt = (select(RankSummary.run_id, RankSummary.rank, RankSummary.summary)
             .where(RankSummary.run_id.in_(plain_ids(run_ids))).order_by(RankSummary.run_id, RankSummary.rank))
     rows = []

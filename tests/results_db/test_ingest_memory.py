@@ -3,7 +3,7 @@ steps take no more memory (only the per-step measures' few numbers a step, ~0.4 
 
 The peaks are bimodal here: the same ingestion peaks at +48 or at +62 MiB from one run to the
 next (the writer and reader threads' allocations meeting or not), so each side is the least of
-a few runs and the bound (+25 MiB) sits between that noise and the control's growth (+44..+57)."""
+a few runs, and the bound (+25 MiB) sits between that noise and the control's growth (+44..+57)."""
 
 from __future__ import annotations
 
@@ -50,23 +50,27 @@ def _peak_rss(run_dir, *options: str, repeats: int = 1) -> float:
 
 @pytest.mark.sweep
 def test_memory_is_flat_in_a_runs_length_from_the_ranks_streams(runs):
-    """Measured: +4 MiB (4,000 against 24,000 steps, least of 3: 47 against 51 MiB); the control,
-    a rank's events held to its end, +44 to +57 MiB."""
+    """Measured: +4 to +9 MiB (4,000 against 24,000 steps, least of 3), at worst +18 (every big
+    run in the upper mode); the control, a rank's events held to its end, +44 to +57
+    MiB, at worst +29 if the small run's peak were 14 MiB up (never seen in 4 runs): both sides of
+    the same bound, 25 MiB (log ``benchmarks/logs/ingest-memory-flat.log``)."""
     (small_dir, small_size), (big_dir, big_size) = runs["streams-small"], runs["streams-big"]
     assert big_size > 5.5 * small_size
-    small, big = _peak_rss(small_dir, *SMALL, repeats=3), _peak_rss(big_dir, *SMALL, repeats=3)
+    small, big = _peak_rss(small_dir, *SMALL, repeats=2), _peak_rss(big_dir, *SMALL, repeats=2)
     held_small, held_big = _peak_rss(small_dir, *HELD), _peak_rss(big_dir, *HELD)
-    assert held_big > held_small + 35, (held_small, held_big)   # the control: the check can fail
+    assert held_big > held_small + 25, (held_small, held_big)   # the control: the check can fail
     assert big < small + 25, (small, big, small_size, big_size)
 
 
 @pytest.mark.sweep
 def test_memory_is_flat_in_a_runs_length_from_json_lines(runs):
     """Folders written before the streams (3,000 against 12,000 steps: measured +1 to +7 MiB; a
-    rank's events held to its end: +44 MiB)."""
+    rank's events held to its end: +44 to +45 MiB)."""
     (small_dir, small_size), (big_dir, big_size) = runs["json-small"], runs["json-big"]
     assert big_size > 3.5 * small_size
     small, big = _peak_rss(small_dir, *SMALL, repeats=2), _peak_rss(big_dir, *SMALL, repeats=2)
+    held_small, held_big = _peak_rss(small_dir, *HELD), _peak_rss(big_dir, *HELD)
+    assert held_big > held_small + 25, (held_small, held_big)   # the control: the check can fail
     assert big < small + 25, (small, big, small_size, big_size)
 
 
