@@ -264,13 +264,13 @@ def compare(argv: Sequence[str]) -> int:
 def compare_header(metric: str, baseline: str, better: str, default: str = "") -> str:
     """What compare's table rests on, in the words the docs' compare page explains; a direction
     that no declaration gave is named as the default it is."""
-    from results_db.stats.confidence import LEVEL, MIN_REPEATS
+    from results_db.stats.confidence import LEVEL, MIN_REPEATS, cautious_words
 
     way = "this / baseline" if better == "higher" else "baseline / this"
     said = f"{better} is better: {default}, --better to say otherwise" if default else f"{better} is better"
     return (f"{metric} ({said}): mean ± std over repeats; speedup ({way}: above 1 is better) and "
             f"efficiency against {baseline}, with {LEVEL:.0%} t-intervals on the log ratio (Welch; none with fewer "
-            f"than {MIN_REPEATS} repeats a side), each on its own: {LEVEL:.0%} per configuration, not for all rows at "
+            f"than {MIN_REPEATS} repeats a side; {cautious_words()}), each on its own: {LEVEL:.0%} per configuration, not for all rows at "
             "once (compare --against gives verdicts held as one family); detectable: the smallest change these "
             "repeats would find with 80 % power, and in brackets the 80 % range it may lie in, their noise being "
             "estimated from them")
