@@ -20,12 +20,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PLUGIN = "pytest_failed_ids"   # scripts/pytest_failed_ids.py
+TIMING = "pytest_timing"       # scripts/pytest_timing.py: each test's wall and CPU, where $SCALESTUDY_TEST_TIMING names a file
 
 
 def _pytest(args: list[str], failed_ids: Path) -> int:
     env = dict(os.environ, SCALESTUDY_FAILED_IDS=str(failed_ids),
                PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p))
-    return subprocess.call([sys.executable, "-m", "pytest", "-p", PLUGIN, *args], env=env)
+    return subprocess.call([sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", TIMING, *args], env=env)
 
 
 def main(args: list[str]) -> int:

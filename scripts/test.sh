@@ -46,7 +46,9 @@ beside "the serial lane (the Slurm cluster's tests)" \
   env SCALESTUDY_TEST_LANE=serial .venv/bin/python scripts/pytest_retry.py -ra -m "serial and not alone" "$@"
 workers=${SCALESTUDY_TEST_WORKERS:-3}
 rc=0
+# the modules longest first (scripts/pytest_module_order.py), so that the workers end together
 SCALESTUDY_TEST_LANE=main .venv/bin/python scripts/pytest_retry.py -ra -n "$workers" --dist loadfile --durations=20 \
+  -p pytest_module_order --no-loadscope-reorder \
   -m "not (serial or alone)" "$@" || rc=$?
 [ "$rc" -eq 5 ] && rc=0   # none selected here (the arguments named only serial tests)
 echo "test.sh: the whole suite but the serial lane: exit $rc in $(( $(date +%s) - start )) s ($workers workers)"
