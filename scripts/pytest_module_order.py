@@ -26,6 +26,9 @@ def load_weights(path: Path | None = None) -> dict[str, float]:
         return {str(k): float(v) for k, v in json.loads(path.read_text())["wall_seconds"].items()}
     except FileNotFoundError:
         return {}
+    except (ValueError, KeyError, AttributeError) as exc:
+        raise SystemExit(f"{path}: not a weights file ({type(exc).__name__}: {exc}); rewrite it with "
+                         "scripts/test_timing_report.py --write-weights (docs/reference/development.md)") from exc
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -23,8 +23,8 @@ PLUGIN = "pytest_failed_ids"   # scripts/pytest_failed_ids.py
 TIMING = "pytest_timing"       # scripts/pytest_timing.py: each test's wall and CPU, where $SCALESTUDY_TEST_TIMING names a file
 
 
-def _pytest(args: list[str], failed_ids: Path) -> int:
-    env = dict(os.environ, SCALESTUDY_FAILED_IDS=str(failed_ids),
+def _pytest(args: list[str], failed_ids: Path, retry: bool = False) -> int:
+    env = dict(os.environ, SCALESTUDY_FAILED_IDS=str(failed_ids), SCALESTUDY_TEST_RETRY="1" if retry else "",
                PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p))
     return subprocess.call([sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", TIMING, *args], env=env)
 
@@ -42,7 +42,7 @@ def main(args: list[str]) -> int:
             return rc
         print(f"pytest_retry: {len(ids)} failed; each once more, one at a time:", *(f"  {i}" for i in ids),
               sep="\n", flush=True)
-        rc = _pytest(["-ra", "-p", "no:cacheprovider", *ids], second)
+        rc = _pytest(["-ra", "-p", "no:cacheprovider", *ids], second, retry=True)
         again = set(second.read_text().split("\n")) - {""} if second.exists() else set()
         flaky = [i for i in ids if i not in again]
         if rc == 0:

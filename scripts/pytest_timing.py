@@ -7,7 +7,8 @@ lane and worker (so a worker's timeline, and the tail after the others finished,
 test's start and wall seconds, and the CPU seconds of the worker process and of the child processes
 it waited for (``RUSAGE_CHILDREN``: a subprocess's MPI ranks count once ``mpiexec`` reaped them;
 Slurm's jobs run under slurmd and do not). ``python scripts/test_timing_report.py FILE`` sums it.
-Written by each worker for its own tests (an append of one short line is atomic)."""
+Written by each worker for its own tests (an append of one short line is atomic); a test run once
+more by scripts/pytest_retry.py is marked ``retry`` (the report leaves it out of the lane's time)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def pytest_runtest_logfinish(nodeid, location) -> None:
     line = {"test": nodeid, "lane": os.environ.get("SCALESTUDY_TEST_LANE", ""),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "start": round(begun, 3),
             "wall": round(time.time() - begun, 3), "cpu": round(own_now - own, 3),
-            "children_cpu": round(children_now - children, 3)}
+            "children_cpu": round(children_now - children, 3),
+            "retry": bool(os.environ.get("SCALESTUDY_TEST_RETRY"))}
     with open(_path, "a") as out:
         out.write(json.dumps(line) + "\n")

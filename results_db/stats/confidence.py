@@ -15,10 +15,10 @@ is one whose coverage holds at those counts, and each was checked by simulation 
   small side's share of the variance, never below the small side's n - 1 (7: the smallest value that
   kept every case at 40,000 trials at or above 95 %: 3 against 5, 10 and 20 repeats and 5 against 10
   and 20, either side up to 3x noisier). At 200,000 trials, with 11 held-out cases (3 against 4 to
-  30, 4 and 6 against 3), it covers 94.9-96.8 % under normal noise, the least at 3 against 20 and
+  30, 4 and 6 against 3), it covers 94.9-96.9 % under normal noise, the least at 3 against 20 and
   where Welch's own interval stands at equal repeats (94.9 % at 3 against 3, 94.7 % at 4 against 4,
   one side 3x noisier): false verdicts at most 5.1-5.3 %, as Welch's. Under Student-t(3) 96.0-97.8 %,
-  96.8 % at most from ``CAUTIOUS_BELOW`` (5) repeats a side; Welch itself covers 97.3-97.5 % at 3
+  96.7 % at most from ``CAUTIOUS_BELOW`` (5) repeats a side; Welch itself covers 97.3-97.5 % at 3
   against 3 there: heavy tails make any t-interval cautious at few repeats, and no rule for the
   degrees of freedom mends it (docs/how-to/compare.md). Unchanged at equal repeats. The log scale
   keeps the interval positive and asymmetric as a ratio's is. It needs ``MIN_REPEATS`` (3) runs a
@@ -80,8 +80,8 @@ CAUTIOUS_BELOW = 5
 
 def cautious_words() -> str:
     """What a ratio's interval promises at few repeats, in the words the compare table's header prints."""
-    return (f"at {MIN_REPEATS}-{CAUTIOUS_BELOW - 1} repeats a side heavy-tailed noise makes them cautious "
-            "(up to 98 %), never bold")
+    return (f"with {MIN_REPEATS}-{CAUTIOUS_BELOW - 1} repeats on a side, heavy-tailed noise makes them "
+            "cautious (up to 98 %), never bold")
 
 
 def interval_words(level: float = LEVEL) -> str:

@@ -80,7 +80,7 @@ def test_the_ratio_interval_covers_what_it_says(kind, n):
 UNEQUAL = [(3, 5, 1, 1), (3, 10, 1, 1), (3, 20, 1, 1), (5, 10, 1, 1), (5, 20, 1, 1), (10, 3, 1, 3), (5, 3, 1, 3),
            (20, 3, 1, 3), (3, 10, 3, 1), (3, 20, 3, 1), (5, 20, 3, 1)]
 # cases the penalty (7) was not chosen on: nearer and farther counts, 2x noise, 4 repeats; the rule holds
-# there too (measured at 200,000 trials: 94.9-96.8 % under normal noise, 96.0-97.8 % under Student-t(3),
+# there too (measured at 200,000 trials: 94.9-96.9 % under normal noise, 96.0-97.8 % under Student-t(3),
 # the most at 3 against 4 equal sides, where Welch's own covers 97.3 %)
 HELD_OUT = [(3, 4, 1, 1), (4, 3, 1, 3), (3, 7, 2, 1), (3, 7, 1, 2), (4, 10, 1, 1), (4, 10, 3, 1), (3, 15, 2, 1),
             (6, 3, 1, 2), (3, 30, 1, 1), (3, 30, 3, 1), (6, 30, 1, 1)]
@@ -99,17 +99,19 @@ def _unequal(rng, case, kind: str, truth: float, trials: int):
                          ids=lambda c: f"{c[0]}x{c[2]}-vs-{c[1]}x{c[3]}" + ("-held-out" if c in HELD_OUT else ""))
 def test_the_ratio_interval_keeps_its_promise_at_unequal_repeats_and_noise(kind, case):
     """3 against 5, 10, 20 repeats (and 5 against 10, 20), either side up to 3x noisier, and the
-    held-out cases: with no true change a false verdict at most 5 % of the time, so the interval
-    covers at least 95 %, and at most 97 % under normal noise (measured 94.9-96.8 %) and from
-    ``CAUTIOUS_BELOW`` (5) repeats a side under Student-t(3) (96.6-96.8 %); below that, 98 % (96.0-97.8 %:
-    Welch's own at 3 against 3 equal repeats is 97.3-97.5 % there, the t-interval's caution, not the rule's)."""
-    rng = np.random.default_rng(sum(case) * 97 + 13 * case[0] + len(kind))
+    held-out cases: with no true change a false verdict about 5 % of the time at most (5.1 % at 3
+    against 20 at 200,000 trials, as Welch's own at equal repeats), so the interval covers about 95 %
+    at least, and at most 97 % under normal noise (measured 94.9-96.9 %) and from ``CAUTIOUS_BELOW``
+    (5) repeats a side under Student-t(3) (96.5-96.7 %); below that, 98 % (96.0-97.8 %: Welch's own
+    at 3 against 3 equal repeats is 97.3-97.5 % there, the t-interval's caution, not the rule's)."""
+    rng = np.random.default_rng([*case, len(kind)])   # a stream of its own for every case
     x, y = _unequal(rng, case, kind, 1.2, UNEQUAL_TRIALS)
     r = confidence.log_ratio_test(x, y)
     mc = 2 * np.sqrt(0.05 * 0.95 / UNEQUAL_TRIALS) - 2 * np.sqrt(0.05 * 0.95 / 20_000)   # the fast lane's extra
     coverage = covered(r["low"], r["high"], 1.2)
     cautious = kind == "heavy" and min(case[:2]) < confidence.CAUTIOUS_BELOW   # what the compare header says
-    assert 0.947 - mc <= coverage <= (0.98 if cautious else 0.97) + mc, coverage
+    # each bound +-0.003, two standard errors of 20,000 trials: the claim is of the true coverage
+    assert 0.947 - mc <= coverage <= (0.98 if cautious else 0.97) + 0.003 + mc, coverage
     x, y = _unequal(rng, case, kind, 1.0, UNEQUAL_TRIALS)
     false = float(np.mean(confidence.log_ratio_test(x, y)["p"] < confidence.ALPHA))
     assert false <= 0.053 + mc, false

@@ -48,6 +48,15 @@ def test_the_header_names_a_default_direction():
     assert "(higher is better)" in compare_header("metrics.latency_us", "nodes=1", "higher")
 
 
+def test_the_header_says_where_the_interval_is_cautious():
+    """What the coverage test allows (``CAUTIOUS_BELOW``) is what compare prints."""
+    from orchestrator.cli.results_cmd import compare_header
+    from results_db.stats.confidence import CAUTIOUS_BELOW
+
+    assert f"with 3-{CAUTIOUS_BELOW - 1} repeats on a side, heavy-tailed noise makes them cautious (up to 98 %)" \
+        in compare_header("throughput", "nodes=1", "higher")
+
+
 def test_a_figures_axis_reads_the_runs_declaration():
     """The figure of a user's metric says which way is better from the runs' own configs (it read
     the figure's label before, so a declaration never reached it and only netbench's name did)."""
