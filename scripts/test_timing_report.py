@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 
 def load(path: Path) -> pd.DataFrame:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    frame = pd.DataFrame(rows)
+    """The lines of ``path``; a file missing, empty or not the plugin's: one line, exit 2."""
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        frame = pd.DataFrame(rows)
+        missing = {"test", "lane", "worker", "start", "wall", "cpu", "children_cpu"} - set(frame.columns)
+        if missing:
+            raise KeyError(f"no {', '.join(sorted(missing))}")
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"test_timing_report: {path}: not a timing file of scripts/pytest_timing.py "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        raise SystemExit(2) from exc
     if "retry" in frame:   # a test run once more after the lane: not the lane's time
         frame = frame[~frame["retry"].astype(bool)].copy()
     frame["module"] = frame["test"].str.split("::").str[0]

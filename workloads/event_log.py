@@ -4,8 +4,9 @@ stream (``run_folder.rank_events_file``).
 Why Arrow IPC and not JSON lines: a 256-rank, 1,000-step timeline of ResNet-50's shape is 44.8 M
 events, 7.0 GB as JSON, whose parse was the floor of ingestion (48.6 s). As columns the same
 events are typed numbers and dictionary-coded names that ingestion reads without parsing, and
-pyarrow is already a dependency. Why a stream and not Parquet or an IPC file: a stream is readable up to its last complete batch, so a rank killed mid-run loses at most the
-buffer it had not handed over; a Parquet file or an IPC file is unreadable without the footer
+pyarrow is already a dependency. Why a stream and not Parquet or an IPC file: a stream is
+readable up to its last complete batch, so a rank killed mid-run loses at most the buffer it had
+not handed over; a Parquet file or an IPC file is unreadable without the footer
 written at close. Why not fixed-width numpy records: names (tensors, phases, a fused buffer's
 members) would need a side table of their own; a stream carries its dictionaries.
 

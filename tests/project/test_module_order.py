@@ -94,6 +94,11 @@ def test_the_report_writes_the_weights_the_order_reads_and_sees_the_tail(tmp_pat
     assert pytest_module_order.load_weights(out) == {"m1.py": 40.0, "m2.py": 12.0}
     # 2 workers: most tests first (m1, then m2) and longest first alike end at 40 s
     assert "most tests first 40 s, longest first 40 s" in proc.stdout, proc.stdout
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"test": "m.py::a"}\n')   # not the plugin's: one line naming it, exit 2
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "test_timing_report.py"), str(other)],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "other.jsonl: not a timing file" in bad.stderr
     # list scheduling, checked by hand: two workers, 40 and 12 s: 40 s either way; one worker: 52 s
     assert test_timing_report.list_schedule([12.0, 40.0], 2) == 40.0
     assert test_timing_report.list_schedule([12.0, 40.0], 1) == 52.0

@@ -649,3 +649,24 @@ def test_a_run_from_the_ranks_streams_ingests_as_its_json_lines_did(tmp_path):
     _same(stream_engine, stream_id, lines_engine, lines_id)
     _same(stream_engine, stream_id, table_engine, table_id)
     assert len(query.events(stream_engine, [stream_id])) == 3 * 12 * (4 + 45 + 3)
+
+
+def test_written_all_waits_for_every_event_and_returns_after_close(tmp_path):
+    """``written_all`` is what the rank's timeline cost waits on: after it, the writer thread has
+    written every event handed over (its CPU count is whole); called after ``close`` it returns at
+    once (the thread gone: a join on its queue would wait forever). Run in a thread with a ceiling."""
+    import threading
+
+    from workloads.event_log import EventLog, read_events
+
+    (tmp_path / "metrics").mkdir()
+    log = EventLog(tmp_path, 0, batch=7)
+    for k in range(30):
+        log.add(step=k, tensor=f"t{k}", phase="grad_ready", t0=1.0, t1=2.0)
+    log.written_all()
+    assert log.written == 30 and log.writer_cpu_seconds > 0
+    log.close()
+    done = threading.Event()
+    threading.Thread(target=lambda: (log.written_all(), done.set()), daemon=True).start()
+    assert done.wait(timeout=60), "written_all after close did not return"
+    assert len(read_events(tmp_path, 0)) == 30
